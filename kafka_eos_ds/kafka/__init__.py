@@ -1,0 +1,1 @@
+"""Kafka client plumbing shared by the source and the sink."""

@@ -1,0 +1,67 @@
+"""Kafka client settings: secrets kept out of text, librdkafka keys mapped to kafka-python.
+
+Users pass librdkafka settings (``kafka.*`` options). The confluent-kafka clients take
+them as they are; the kafka-python admin client (used for the transaction coordinator
+calls confluent-kafka lacks) needs the security settings translated, which happens here
+and only here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from kafka_eos_ds.errors import ConfigError
+
+_SECRET_MARKERS = ("password", "secret", "jaas", "token", "ssl.key", "keystore", "credential", "sasl.oauthbearer.config")
+
+
+def is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a client config safe for logs and error messages."""
+    return {k: ("[redacted]" if is_secret(k) else v) for k, v in conf.items()}
+
+
+# librdkafka key -> kafka-python keyword. Keys not listed are client-specific tuning
+# and are not needed for the few coordinator calls made with kafka-python.
+_TO_KAFKA_PYTHON = {
+    "bootstrap.servers": "bootstrap_servers",
+    "client.id": "client_id",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "ssl.crl.location": "ssl_crlfile",
+    "request.timeout.ms": "request_timeout_ms",
+}
+
+
+def to_kafka_python(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Translate a librdkafka config into kafka-python keyword arguments."""
+    out: dict[str, Any] = {}
+    for key, value in conf.items():
+        target = _TO_KAFKA_PYTHON.get(key.lower())
+        if target is None:
+            continue
+        if target == "security_protocol":
+            value = str(value).upper()
+        if target == "sasl_mechanism":
+            value = str(value).upper()
+        if target == "request_timeout_ms":
+            value = int(value)
+        out[target] = value
+    if "ssl.endpoint.identification.algorithm" in {k.lower() for k in conf}:
+        algo = str({k.lower(): v for k, v in conf.items()}["ssl.endpoint.identification.algorithm"]).lower()
+        out["ssl_check_hostname"] = algo == "https"
+    if "bootstrap_servers" not in out:
+        raise ConfigError("Option 'kafka.bootstrap.servers' is required.")
+    return out
