@@ -1,0 +1,124 @@
+"""The ``kafka-eos`` command line.
+
+    kafka-eos broker start [--brokers N] [--dir DIR] [--kafka-version V] [--port P]
+    kafka-eos broker stop  [--dir DIR]
+    kafka-eos broker kill|restart --node N [--dir DIR]
+    kafka-eos broker status [--dir DIR]
+
+Each command group is one function that adds its sub-parser; errors of the package's
+exception tree are printed as one line (no traceback) with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from kafka_eos_ds.errors import KafkaEosError
+
+DEFAULT_BROKER_DIR = ".kafka-eos/broker"
+
+
+def _broker_commands(sub: argparse._SubParsersAction) -> None:
+    broker = sub.add_parser("broker", help="run an embedded Apache Kafka (KRaft) on 127.0.0.1")
+    actions = broker.add_subparsers(dest="action", required=True)
+
+    start = actions.add_parser("start", help="start (or reuse) a cluster; prints the bootstrap address last")
+    start.add_argument("--brokers", type=int, default=1, help="number of nodes (3 gives RF 3, min ISR 2)")
+    start.add_argument("--dir", default=DEFAULT_BROKER_DIR, help="state, data and logs (default: %(default)s)")
+    start.add_argument("--kafka-version", default=None, help="pinned Kafka line: 4.1 (default) or 3.9")
+    start.add_argument("--port", type=int, default=None, help="first client port (default: free ports)")
+    start.set_defaults(run=_broker_start)
+
+    stop = actions.add_parser("stop", help="stop every node started in --dir")
+    stop.add_argument("--dir", default=DEFAULT_BROKER_DIR)
+    stop.set_defaults(run=_broker_stop)
+
+    status = actions.add_parser("status", help="show nodes, ports and whether they run")
+    status.add_argument("--dir", default=DEFAULT_BROKER_DIR)
+    status.set_defaults(run=_broker_status)
+
+    for name, doc in (("kill", "SIGKILL one node"), ("restart", "start a stopped or killed node again")):
+        cmd = actions.add_parser(name, help=doc)
+        cmd.add_argument("--node", type=int, required=True)
+        cmd.add_argument("--dir", default=DEFAULT_BROKER_DIR)
+        cmd.set_defaults(run=_broker_node_action)
+
+
+def _broker_start(args: argparse.Namespace) -> int:
+    import time
+
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+
+    started = time.monotonic()
+    cluster = EmbeddedKafka(args.dir, brokers=args.brokers, kafka_version=args.kafka_version,
+                            base_port=args.port)
+    bootstrap = cluster.start()
+    print(f"Kafka {cluster.kafka_version}, {len(cluster.nodes)} node(s), ready in "
+          f"{time.monotonic() - started:.1f}s; state in {cluster.directory}", file=sys.stderr)
+    print(bootstrap, flush=True)
+    return 0
+
+
+def _broker_stop(args: argparse.Namespace) -> int:
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+
+    cluster = EmbeddedKafka.load(args.dir)
+    cluster.stop()
+    left = cluster.running()
+    if left:
+        print(f"still running: {[n.pid for n in left]}", file=sys.stderr)
+        return 1
+    print(f"stopped {len(cluster.nodes)} node(s) in {cluster.directory}", file=sys.stderr)
+    return 0
+
+
+def _broker_status(args: argparse.Namespace) -> int:
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+    from kafka_eos_ds.broker.node import is_alive
+
+    cluster = EmbeddedKafka.load(args.dir)
+    for node in cluster.nodes:
+        state = f"running (pid {node.pid})" if is_alive(node.pid) else "stopped"
+        print(f"node {node.node_id}  127.0.0.1:{node.port}  {state}")
+    print(cluster.bootstrap)
+    return 0 if cluster.running() else 1
+
+
+def _broker_node_action(args: argparse.Namespace) -> int:
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+
+    cluster = EmbeddedKafka.load(args.dir)
+    if args.action == "kill":
+        cluster.kill(args.node)
+    else:
+        cluster.restart(args.node)
+    return 0
+
+
+# Every command group of the CLI; other modules add theirs here.
+COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [_broker_commands]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafka-eos", description="kafka_eos: exactly-once Kafka for Spark")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMAND_GROUPS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except KafkaEosError as exc:
+        print(f"kafka-eos: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
