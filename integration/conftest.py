@@ -1,0 +1,142 @@
+"""Fixtures for integration tests: a real Kafka cluster and a real SparkSession.
+
+The cluster, in order of preference:
+1. an existing cluster named by ``KAFKA_EOS_BOOTSTRAP`` (host:port,...);
+2. testcontainers' Kafka when a Docker engine answers;
+3. the project's embedded Apache Kafka (KRaft, Maven Central jars) on 127.0.0.1.
+The choice is printed in the pytest header so a run shows what it tested against.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from integration.helpers import create_topic, unique_name
+
+
+@dataclass
+class KafkaUnderTest:
+    bootstrap: str
+    kind: str  # "external" | "testcontainers" | "embedded"
+    brokers: int
+    cluster: Any = None  # EmbeddedKafka when embedded
+
+    def replication(self) -> int:
+        return min(self.brokers, 3)
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None and not os.path.exists("/var/run/docker.sock"):
+        return False
+    try:
+        import docker  # installed with testcontainers
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _brokers_of(bootstrap: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).brokers)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get("KAFKA_EOS_BOOTSTRAP"):
+        return f"kafka: external cluster at {os.environ['KAFKA_EOS_BOOTSTRAP']}"
+    return "kafka: testcontainers (Docker)" if _docker_answers() else "kafka: embedded Apache Kafka (KRaft) on 127.0.0.1"
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
+    external = os.environ.get("KAFKA_EOS_BOOTSTRAP")
+    if external:
+        yield KafkaUnderTest(external, "external", _brokers_of(external))
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as container:
+            bootstrap = container.get_bootstrap_server()
+            yield KafkaUnderTest(bootstrap, "testcontainers", 1)
+        return
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+
+    cluster = EmbeddedKafka(tmp_path_factory.mktemp("kafka1"), brokers=1,
+                            kafka_version=os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
+    try:
+        yield KafkaUnderTest(cluster.start(), "embedded", 1, cluster)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
+    """A 3-broker embedded cluster (RF 3, min ISR 2) whose brokers tests may kill."""
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+
+    cluster = EmbeddedKafka(tmp_path_factory.mktemp("kafka3"), brokers=3,
+                            kafka_version=os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
+    try:
+        yield KafkaUnderTest(cluster.start(), "embedded", 3, cluster)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def new_topic(kafka: KafkaUnderTest) -> Callable[..., str]:
+    """``new_topic(partitions=1, config=None) -> name``: a fresh topic per call."""
+
+    def make(partitions: int = 1, config: Optional[dict] = None, prefix: str = "t") -> str:
+        return create_topic(kafka.bootstrap, unique_name(prefix), partitions, kafka.replication(), config)
+
+    return make
+
+
+def spark_builder(app: str = "kafka-eos-tests", jars: Optional[str] = None):
+    """A local[2] SparkSession builder sized for a 2-core machine."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="kafka-eos-wh-"))
+    )
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    return builder
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    import kafka_eos_ds
+
+    session = spark_builder().getOrCreate()
+    kafka_eos_ds.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> str:
+    return str(tmp_path / "checkpoint")

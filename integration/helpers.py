@@ -1,0 +1,111 @@
+"""Small Kafka helpers for integration tests: produce records, read them back.
+
+``consume_all`` reads every partition of a topic up to the end offsets taken when it is
+called (for read_committed: the last stable offset), so it returns exactly what was
+visible at that moment, however the records are spread.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Optional[list]
+    timestamp: int
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
+                 config: Optional[dict] = None) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
+                              operation_timeout=30)
+    fut[name].result(60)
+    # Metadata reaches every broker a moment after creation; wait until leaders exist.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=10).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 for p in md.partitions.values()
+        ):
+            return name
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name} has no leaders after 30s")
+
+
+def unique_name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[Any], **conf: Any) -> int:
+    """Produce records: bytes/str values, or dicts with value/key/partition/headers/timestamp."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    count = 0
+    for rec in records:
+        if not isinstance(rec, dict):
+            rec = {"value": rec}
+        kwargs = {k: rec[k] for k in ("key", "partition", "headers", "timestamp") if rec.get(k) is not None}
+        while True:
+            try:
+                producer.produce(topic, value=rec.get("value"), **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        count += 1
+        if count % 10000 == 0:
+            producer.poll(0)
+    left = producer.flush(60)
+    if left:
+        raise RuntimeError(f"{left} records were not delivered to {topic}")
+    return count
+
+
+def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("offsets"),
+                         "isolation.level": isolation, "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in md.partitions}
+    finally:
+        consumer.close()
+
+
+def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed",
+                timeout: float = 30.0) -> list[Record]:
+    ends = end_offsets(bootstrap, topic, isolation)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("audit"),
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    out: list[Record] = []
+    try:
+        pending = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error():
+                    continue
+                out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                  msg.headers(), msg.timestamp()[1]))
+            for p in list(pending):
+                pos = consumer.position([TopicPartition(topic, p)])[0].offset
+                if pos >= ends[p]:
+                    pending.discard(p)
+        if pending:
+            raise TimeoutError(f"did not reach the end of {topic} partitions {sorted(pending)} in {timeout}s")
+    finally:
+        consumer.close()
+    return [r for r in out if r.offset < ends[r.partition]]

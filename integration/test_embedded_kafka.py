@@ -1,0 +1,101 @@
+"""The embedded Kafka is a real Apache Kafka: transactions commit and abort for real."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Producer
+
+from integration.helpers import consume_all
+
+
+def _transactional_producer(bootstrap: str, tid: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(60)
+    return producer
+
+
+def test_committed_records_are_visible_and_aborted_ones_are_not(kafka, new_topic):
+    topic = new_topic(partitions=2)
+    producer = _transactional_producer(kafka.bootstrap, f"smoke-{topic}")
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=f"committed-{i}".encode(), partition=i % 2)
+    producer.commit_transaction(60)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"aborted-{i}".encode(), partition=i % 2)
+    producer.flush(30)
+    producer.abort_transaction(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed-last", partition=0)
+    producer.commit_transaction(60)
+
+    committed = sorted(r.value for r in consume_all(kafka.bootstrap, topic, "read_committed"))
+    everything = sorted(r.value for r in consume_all(kafka.bootstrap, topic, "read_uncommitted"))
+
+    assert committed == sorted([f"committed-{i}".encode() for i in range(10)] + [b"committed-last"])
+    # The aborted records are physically in the log; only isolation hides them.
+    assert sorted(v for v in everything if v.startswith(b"aborted")) == [f"aborted-{i}".encode() for i in range(5)]
+
+
+def test_open_transaction_holds_back_read_committed(kafka, new_topic):
+    topic = new_topic()
+    producer = _transactional_producer(kafka.bootstrap, f"open-{topic}")
+    producer.begin_transaction()
+    producer.produce(topic, value=b"pending")
+    producer.flush(30)
+    assert consume_all(kafka.bootstrap, topic, "read_committed") == []
+    assert [r.value for r in consume_all(kafka.bootstrap, topic, "read_uncommitted")] == [b"pending"]
+    producer.commit_transaction(60)
+    assert [r.value for r in consume_all(kafka.bootstrap, topic, "read_committed")] == [b"pending"]
+
+
+def test_cli_three_brokers_start_and_stop_leave_no_process(tmp_path, kafka):
+    if kafka.kind != "embedded":
+        pytest.skip(f"the broker CLI is tested with the embedded Kafka; this run uses {kafka.kind}")
+    directory = tmp_path / "cli-cluster"
+    cli = [sys.executable, "-m", "kafka_eos_ds.cli", "broker"]
+    started = subprocess.run([*cli, "start", "--brokers", "3", "--dir", str(directory)],
+                             capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr
+    bootstrap = started.stdout.strip().splitlines()[-1]
+    assert bootstrap.count("127.0.0.1:") == 3
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+
+    pids = [n.pid for n in EmbeddedKafka.load(directory).nodes]
+    try:
+        # A second start in the same directory reuses the running cluster.
+        again = subprocess.run([*cli, "start", "--brokers", "3", "--dir", str(directory)],
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip().splitlines()[-1] == bootstrap
+        assert [n.pid for n in EmbeddedKafka.load(directory).nodes] == pids
+        # A different size in the same directory is refused, not half-started.
+        refused = subprocess.run([*cli, "start", "--brokers", "1", "--dir", str(directory)],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "already running" in refused.stderr
+    finally:
+        stopped = subprocess.run([*cli, "stop", "--dir", str(directory)], capture_output=True, text=True,
+                                 timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    from kafka_eos_ds.broker.node import is_alive
+
+    assert not any(is_alive(pid) for pid in pids)
+
+
+def test_hard_killed_broker_restarts_and_cluster_keeps_transactions(kafka3):
+    from integration.helpers import create_topic, unique_name
+
+    topic = create_topic(kafka3.bootstrap, unique_name("bounce"), 3, 3)
+    kafka3.cluster.kill(2)
+    producer = _transactional_producer(kafka3.bootstrap, f"bounce-{topic}")
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce(topic, value=str(i).encode(), partition=i % 3)
+    producer.commit_transaction(60)
+    kafka3.cluster.restart(2)
+    values = sorted(int(r.value) for r in consume_all(kafka3.bootstrap, topic))
+    assert values == list(range(30))
