@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Creates .venv (Python >= 3.10) with kafka_eos and its test tools, and fetches the
+# pinned Apache Kafka jars from Maven Central into the cache (~/.cache/kafka-eos).
+# Safe to run again: it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+"$PYTHON" - <<'PY' || { echo "setup: Python >= 3.10 is required (found $("$PYTHON" --version 2>&1))" >&2; exit 1; }
+import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)
+PY
+command -v java >/dev/null || { echo "setup: Java 17 is required for Spark and the embedded Kafka (java not on PATH)" >&2; exit 1; }
+command -v mvn >/dev/null || { echo "setup: Maven is required to fetch the Kafka jars (mvn not on PATH)" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.kafka-eos-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[test]'
+  touch "$stamp"
+fi
+# Fetch (or find cached) the broker jars for both pinned Kafka lines.
+.venv/bin/python - <<'PY'
+from kafka_eos_ds.broker import distribution
+for line in sorted(distribution.VERSIONS):
+    print("kafka", distribution.VERSIONS[line], "jars:", distribution.kafka_jars(line))
+PY
