@@ -1,0 +1,84 @@
+"""The pipeline: read topic IN, upper-case each value, write topic OUT, exactly once.
+
+Run as ``python -m kafka_eos_ds.demo.job --bootstrap B --input IN --output OUT
+--checkpoint DIR --prefix P [--available-now] [--shuffle]``. It is the same code a user
+writes; the demo and the chaos tests kill this process at random and start it again
+from the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def build_query(spark, args: argparse.Namespace):
+    reader = (spark.readStream.format("kafka_eos")
+              .option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.input)
+              .option("startingOffsets", "earliest"))
+    if args.max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
+    df = reader.load()
+    if args.shuffle:
+        # A shuffle between source and sink: tasks of the write stage no longer map
+        # one-to-one to input partitions. Keyed, so per-key order is still defined.
+        df = df.repartition(3, "key").sortWithinPartitions("partition", "offset")
+    # The record id is the value's prefix before '|' (digits), so upper() keeps it.
+    out = df.selectExpr("key", "upper(cast(value as string)) as value")
+    writer = (out.writeStream.format("kafka_eos")
+              .option("kafka.bootstrap.servers", args.bootstrap)
+              .option("topic", args.output)
+              .option("transactionalIdPrefix", args.prefix)
+              .option("checkpointLocation", args.checkpoint)
+              .queryName("kafka-eos-demo"))
+    for item in args.sink_option or []:
+        key, _, value = item.partition("=")
+        writer = writer.option(key, value)
+    if args.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+    return writer.start()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kafka_eos_ds.demo.job")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--prefix", required=True, help="transactionalIdPrefix")
+    parser.add_argument("--max-offsets", type=int, default=2000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--trigger-ms", type=int, default=500)
+    parser.add_argument("--available-now", action="store_true", help="drain the input and exit")
+    parser.add_argument("--shuffle", action="store_true")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import kafka_eos_ds
+
+    spark = (SparkSession.builder.master(args.master).appName("kafka-eos-demo")
+             .config("spark.sql.shuffle.partitions", "3")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "1g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    kafka_eos_ds.register(spark)
+    query = build_query(spark, args)
+    print(f"JOB_STARTED {query.id}", flush=True)
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Starting a driver process and killing it with everything it started.
+
+A Spark driver started from Python owns a JVM, which owns Python worker daemons. A crash
+of the machine kills them all at once; ``kill_tree`` does the same with SIGKILL, so
+nothing of the old run survives to write after the restart (except what the sink must
+fence anyway).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+
+def children_of() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    tree, found, stack = children_of(), [], [pid]
+    while stack:
+        for child in tree.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
+    """Signal a process and all its descendants; returns the pids signalled."""
+    victims = [pid, *descendants(pid)]
+    for victim in victims:
+        try:
+            os.kill(victim, sig)
+        except ProcessLookupError:
+            pass
+    return victims
+
+
+def start(cmd: Sequence[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    log.close()
+    return proc
+
+
+def wait_gone(pids: Sequence[int], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
