@@ -104,7 +104,7 @@ def _demo_commands(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--bootstrap", help="use this Kafka instead of starting an embedded one")
     demo.add_argument("--brokers", type=int, default=1, help="embedded Kafka nodes (default: %(default)s)")
     demo.add_argument("--records", type=int, default=20_000, help="input records (default: %(default)s)")
-    demo.add_argument("--crashes", type=int, default=3, help="driver kills before the final run")
+    demo.add_argument("--crashes", type=int, default=3, help="driver kills (SIGKILL) before the final run")
     demo.add_argument("--seed", type=int, default=None, help="random seed for the crash moments")
     demo.add_argument("--workdir", default=".kafka-eos/demo", help="checkpoint, logs, embedded Kafka")
     demo.add_argument("--json", action="store_true", help="print the audit as JSON")
@@ -130,8 +130,8 @@ def _demo(args: argparse.Namespace) -> int:
         cluster = EmbeddedKafka(workdir / "kafka", brokers=args.brokers)
         bootstrap = cluster.start()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    plan = ChaosPlan(bootstrap=bootstrap, workdir=run_dir, records=args.records, crashes=args.crashes,
-                     seed=seed, replication=min(3, args.brokers if cluster else 1))
+    plan = ChaosPlan(bootstrap=bootstrap, workdir=run_dir, records=args.records, bounces=["driver-hard"] * args.crashes,
+                     seed=seed, replication=min(3, args.brokers if cluster else 1), cluster=cluster)
     bar = _ProgressBar()
     try:
         result = run_chaos(plan, bar.update)

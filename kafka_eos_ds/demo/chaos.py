@@ -30,22 +30,33 @@ from kafka_eos_ds.demo import processes
 Progress = Callable[[str, float], None]
 
 
+# What one bounce does. "hard" is SIGKILL (a crash), "clean" is SIGTERM (an orderly stop).
+BOUNCES = ("driver-hard", "driver-clean", "worker-hard", "broker-hard", "broker-clean")
+
+
 @dataclass
 class ChaosPlan:
+    """One chaos run. ``bounces`` lists what happens, in order, each at a random moment
+    of a window after the pipeline has written something; then a final run drains the
+    input and the output is audited."""
+
     bootstrap: str
     workdir: Path
     records: int = 20_000
     input_partitions: int = 2
     output_partitions: int = 3
-    crashes: int = 3
-    crash_window: tuple[float, float] = (6.0, 18.0)  # seconds after a run starts writing
+    bounces: list[str] = field(default_factory=lambda: ["driver-hard"] * 3)
+    bounce_window: tuple[float, float] = (4.0, 15.0)
     max_offsets: int = 2_000
     shuffle: bool = False
     seed: int = 0
     run_timeout: float = 300.0
     replication: int = 1
+    sink_format: str = "kafka_eos"
+    spark_jars: Optional[str] = None
     sink_options: list[str] = field(default_factory=list)
-    on_crash: Optional[Callable[[int], None]] = None  # e.g. bounce a broker too
+    cluster: Optional[object] = None  # EmbeddedKafka, needed for broker bounces
+    broker_down_seconds: tuple[float, float] = (2.0, 8.0)
 
 
 @dataclass
@@ -133,7 +144,11 @@ def _job_cmd(plan: ChaosPlan, input_topic: str, output_topic: str, available_now
     cmd = [sys.executable, "-m", "kafka_eos_ds.demo.job", "--bootstrap", plan.bootstrap,
            "--input", input_topic, "--output", output_topic,
            "--checkpoint", str(plan.workdir / "checkpoint"), "--prefix", f"demo-{output_topic}",
-           "--max-offsets", str(plan.max_offsets)]
+           "--max-offsets", str(plan.max_offsets), "--sink-format", plan.sink_format,
+           # local[2,4]: a task whose Python worker is killed is retried, as on a cluster.
+           "--master", "local[2,4]"]
+    if plan.spark_jars:
+        cmd += ["--jars", plan.spark_jars]
     if available_now:
         cmd.append("--available-now")
     if plan.shuffle:
@@ -141,6 +156,51 @@ def _job_cmd(plan: ChaosPlan, input_topic: str, output_topic: str, available_now
     for option in plan.sink_options:
         cmd += ["--sink-option", option]
     return cmd
+
+
+class _Pipeline:
+    """The pipeline's driver process across restarts."""
+
+    def __init__(self, plan: ChaosPlan, input_topic: str, output_topic: str) -> None:
+        self.plan, self.input_topic, self.output_topic = plan, input_topic, output_topic
+        self.proc = None
+        self.runs = 0
+
+    def ensure_running(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.runs += 1
+            self.proc = processes.start(_job_cmd(self.plan, self.input_topic, self.output_topic, False),
+                                        self.log(self.runs))
+
+    def log(self, run: int) -> Path:
+        return self.plan.workdir / f"run-{run}.log"
+
+    def kill(self, hard: bool) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        if hard:
+            victims = processes.kill_tree(self.proc.pid)
+            processes.wait_gone(victims)
+        else:
+            victims = [self.proc.pid]
+            self.proc.send_signal(15)
+            try:
+                self.proc.wait(60)
+            except Exception:
+                victims = processes.kill_tree(self.proc.pid)
+        # Whatever the JVM left (e.g. Python workers of a cleanly stopped run) goes too.
+        processes.wait_gone(processes.kill_tree(self.proc.pid))
+        self.proc.wait(10)
+        return len(victims)
+
+    def kill_workers(self) -> int:
+        """SIGKILL the Python worker processes of the running driver (tasks fail and retry)."""
+        if self.proc is None:
+            return 0
+        workers = [pid for pid in processes.descendants(self.proc.pid) if processes.is_python_worker(pid)]
+        for pid in workers:
+            processes.signal_quietly(pid, 9)
+        return len(workers)
 
 
 def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> ChaosResult:
@@ -155,52 +215,82 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
     seed_input(plan.bootstrap, input_topic, plan.records)
     tail = TailingReader(plan.bootstrap, output_topic)
     tail.start()
-    crashes = runs = 0
+    pipeline = _Pipeline(plan, input_topic, output_topic)
+    done = 0
     try:
-        for crash in range(plan.crashes):
-            runs += 1
-            proc = processes.start(_job_cmd(plan, input_topic, output_topic, False),
-                                   plan.workdir / f"run-{runs}.log")
-            base = committed_end(plan.bootstrap, output_topic)
-            deadline = time.monotonic() + plan.run_timeout
-            # Crash only once this run has written something, at a random moment after.
-            while committed_end(plan.bootstrap, output_topic) <= base and time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the pipeline exited early (code {proc.returncode}); "
-                                       f"see {plan.workdir / f'run-{runs}.log'}")
-                progress(f"run {runs}: waiting for output", _frac(plan, output_topic))
+        for number, bounce in enumerate(plan.bounces, 1):
+            if bounce not in BOUNCES:
+                raise ValueError(f"unknown bounce {bounce!r}; one of {BOUNCES}")
+            pipeline.ensure_running()
+            _wait_for_new_output(plan, pipeline, output_topic, progress)
+            moment = time.monotonic() + rng.uniform(*plan.bounce_window)
+            while time.monotonic() < moment:
+                pipeline.ensure_running()
+                progress(f"run {pipeline.runs}: bounce {number}/{len(plan.bounces)} ({bounce}) soon",
+                         _frac(plan, output_topic))
                 time.sleep(0.5)
-            crash_at = time.monotonic() + rng.uniform(*plan.crash_window)
-            while time.monotonic() < crash_at and proc.poll() is None:
-                progress(f"run {runs}: writing, crash {crash + 1}/{plan.crashes} soon", _frac(plan, output_topic))
-                time.sleep(0.5)
-            victims = processes.kill_tree(proc.pid)
-            processes.wait_gone(victims)
-            proc.wait(10)
-            crashes += 1
-            if plan.on_crash is not None:
-                plan.on_crash(crash)
-            progress(f"run {runs}: driver killed ({len(victims)} processes)", _frac(plan, output_topic))
-        runs += 1
-        progress("final run: draining the input", _frac(plan, output_topic))
-        proc = processes.start(_job_cmd(plan, input_topic, output_topic, True), plan.workdir / f"run-{runs}.log")
-        deadline = time.monotonic() + plan.run_timeout
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                processes.kill_tree(proc.pid)
-                raise TimeoutError(f"the final run did not drain the input in {plan.run_timeout:.0f}s")
-            progress("final run: draining the input", _frac(plan, output_topic))
-            time.sleep(0.5)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the final run failed (code {proc.returncode}); see {plan.workdir / f'run-{runs}.log'}")
+            _bounce(plan, pipeline, bounce, rng)
+            done += 1
+            progress(f"bounce {number}/{len(plan.bounces)}: {bounce} done", _frac(plan, output_topic))
+        pipeline.kill(hard=False)
+        _drain(plan, pipeline, progress)
         progress("auditing", 1.0)
         report = audit({"bootstrap.servers": plan.bootstrap}, input_topic, output_topic)
         time.sleep(2.0)  # let the tailing reader catch up before it stops
     finally:
+        if pipeline.proc is not None and pipeline.proc.poll() is None:
+            processes.kill_tree(pipeline.proc.pid)
         tail.stopping.set()
         tail.join(10)
-    return ChaosResult(report, crashes, runs, time.monotonic() - started, tail.duplicates,
+    return ChaosResult(report, done, pipeline.runs, time.monotonic() - started, tail.duplicates,
                        sum(tail.ids.values()), input_topic, output_topic)
+
+
+def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress) -> None:
+    base = committed_end(plan.bootstrap, output_topic)
+    deadline = time.monotonic() + plan.run_timeout
+    while committed_end(plan.bootstrap, output_topic) <= base:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no new output within {plan.run_timeout:.0f}s; see {pipeline.log(pipeline.runs)}")
+        if _frac(plan, output_topic) >= 1.0:
+            return
+        pipeline.ensure_running()
+        progress(f"run {pipeline.runs}: waiting for output", _frac(plan, output_topic))
+        time.sleep(0.5)
+
+
+def _bounce(plan: ChaosPlan, pipeline: _Pipeline, bounce: str, rng: random.Random) -> None:
+    if bounce.startswith("driver"):
+        pipeline.kill(hard=bounce == "driver-hard")
+    elif bounce == "worker-hard":
+        pipeline.kill_workers()
+    else:
+        cluster = plan.cluster
+        if cluster is None:
+            raise ValueError("broker bounces need the embedded cluster (plan.cluster)")
+        node = rng.choice([n.node_id for n in cluster.nodes])
+        if bounce == "broker-hard":
+            cluster.kill(node)
+        else:
+            cluster.stop_node(node)
+        time.sleep(rng.uniform(*plan.broker_down_seconds))
+        cluster.restart(node)
+
+
+def _drain(plan: ChaosPlan, pipeline: _Pipeline, progress: Progress) -> None:
+    pipeline.runs += 1
+    proc = processes.start(_job_cmd(plan, pipeline.input_topic, pipeline.output_topic, True),
+                           pipeline.log(pipeline.runs))
+    pipeline.proc = proc
+    deadline = time.monotonic() + plan.run_timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            processes.kill_tree(proc.pid)
+            raise TimeoutError(f"the final run did not drain the input in {plan.run_timeout:.0f}s")
+        progress("final run: draining the input", _frac(plan, pipeline.output_topic))
+        time.sleep(0.5)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the final run failed (code {proc.returncode}); see {pipeline.log(pipeline.runs)}")
 
 
 def _frac(plan: ChaosPlan, output_topic: str) -> float:

@@ -27,12 +27,13 @@ def build_query(spark, args: argparse.Namespace):
         df = df.repartition(3, "key").sortWithinPartitions("partition", "offset")
     # The record id is the value's prefix before '|' (digits), so upper() keeps it.
     out = df.selectExpr("key", "upper(cast(value as string)) as value")
-    writer = (out.writeStream.format("kafka_eos")
+    writer = (out.writeStream.format(args.sink_format)
               .option("kafka.bootstrap.servers", args.bootstrap)
               .option("topic", args.output)
-              .option("transactionalIdPrefix", args.prefix)
               .option("checkpointLocation", args.checkpoint)
               .queryName("kafka-eos-demo"))
+    if args.sink_format == "kafka_eos":
+        writer = writer.option("transactionalIdPrefix", args.prefix)
     for item in args.sink_option or []:
         key, _, value = item.partition("=")
         writer = writer.option(key, value)
@@ -55,6 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--available-now", action="store_true", help="drain the input and exit")
     parser.add_argument("--shuffle", action="store_true")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--sink-format", default="kafka_eos",
+                        help="kafka_eos, or kafka for Spark's built-in sink (needs --jars)")
+    parser.add_argument("--jars", default=None, help="spark.jars (for the built-in Kafka connector)")
     parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
     return parser.parse_args(argv)
 
@@ -70,6 +74,7 @@ def main(argv=None) -> int:
              .config("spark.sql.shuffle.partitions", "3")
              .config("spark.ui.enabled", "false")
              .config("spark.driver.memory", "1g")
+             .config("spark.jars", args.jars or "")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     kafka_eos_ds.register(spark)

@@ -43,11 +43,27 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
     """Signal a process and all its descendants; returns the pids signalled."""
     victims = [pid, *descendants(pid)]
     for victim in victims:
-        try:
-            os.kill(victim, sig)
-        except ProcessLookupError:
-            pass
+        signal_quietly(victim, sig)
     return victims
+
+
+def signal_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def is_python_worker(pid: int) -> bool:
+    """A PySpark Python worker (forked by the worker daemon), not the daemon itself."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        parent_cmd = Path(f"/proc/{parent}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    # Workers are forks of the daemon: same command line as their parent.
+    return b"pyspark.daemon" in b" ".join(cmdline) and b"pyspark.daemon" in parent_cmd
 
 
 def start(cmd: Sequence[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
