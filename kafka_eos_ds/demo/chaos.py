@@ -176,20 +176,23 @@ class _Pipeline:
         return self.plan.workdir / f"run-{run}.log"
 
     def kill(self, hard: bool) -> int:
+        """Stop the driver: SIGKILL of the whole process tree (hard) or SIGTERM to the
+        driver, which stops its query in order (clean); nothing of it is left after."""
         if self.proc is None or self.proc.poll() is not None:
             return 0
+        victims = [self.proc.pid, *processes.descendants(self.proc.pid)]
         if hard:
-            victims = processes.kill_tree(self.proc.pid)
-            processes.wait_gone(victims)
+            processes.kill_tree(self.proc.pid)
         else:
-            victims = [self.proc.pid]
-            self.proc.send_signal(15)
+            processes.signal_quietly(self.proc.pid, 15)
             try:
                 self.proc.wait(60)
             except Exception:
-                victims = processes.kill_tree(self.proc.pid)
-        # Whatever the JVM left (e.g. Python workers of a cleanly stopped run) goes too.
-        processes.wait_gone(processes.kill_tree(self.proc.pid))
+                pass
+            processes.wait_gone(victims, timeout=20)
+        for pid in victims:  # a clean stop that hung, or children that outlived it
+            processes.signal_quietly(pid, 9)
+        processes.wait_gone(victims)
         self.proc.wait(10)
         return len(victims)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 
@@ -80,7 +81,14 @@ def main(argv=None) -> int:
     kafka_eos_ds.register(spark)
     query = build_query(spark, args)
     print(f"JOB_STARTED {query.id}", flush=True)
-    query.awaitTermination()
+    stopping = []
+    # SIGTERM is a clean stop: the query finishes its current step and stops. The wait
+    # loop returns to Python every second so the handler gets to run.
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    while not query.awaitTermination(1):
+        if stopping:
+            query.stop()
+            break
     spark.stop()
     return 0
 
