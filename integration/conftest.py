@@ -140,3 +140,23 @@ def spark() -> Iterator[Any]:
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> str:
     return str(tmp_path / "checkpoint")
+
+
+_CHAOS_ROWS: list = []
+
+
+@pytest.fixture(scope="session")
+def chaos_summary() -> list:
+    """Chaos tests append (scenario, figures); the table is printed at the end of the run."""
+    return _CHAOS_ROWS
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not _CHAOS_ROWS:
+        return
+    terminalreporter.section("exactly-once audit under chaos")
+    cols = ["sink", "records_in", "records_out", "duplicates", "losses", "order_violations",
+            "tail_duplicates", "bounces", "runs", "seconds"]
+    terminalreporter.write_line("scenario".ljust(34) + "".join(c.rjust(16) for c in cols))
+    for name, row in _CHAOS_ROWS:
+        terminalreporter.write_line(name[:33].ljust(34) + "".join(str(row.get(c, "")).rjust(16) for c in cols))

@@ -1,0 +1,51 @@
+"""The chaos scenarios, in a reduced profile (CI: bounded, a few minutes) and a full one
+(at least the scale of Kafka's own transactions system test: 3 brokers, RF 3, min ISR 2,
+>= 100,000 input records, hard and clean bounces of driver, workers and brokers).
+
+Choose with ``KAFKA_EOS_CHAOS_PROFILE=reduced|full`` (default reduced).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    records: int
+    input_partitions: int
+    output_partitions: int
+    bounces: list[str] = field(default_factory=list)
+    shuffle: bool = False
+    max_offsets: int = 2000
+
+
+_MIXED = ["driver-hard", "worker-hard", "broker-hard", "driver-clean", "broker-clean"]
+
+PROFILES = {
+    "reduced": [
+        Scenario("2->3 partitions, mixed bounces", 20_000, 2, 3, _MIXED, max_offsets=2000),
+        Scenario("1->1 partition, order kept", 8_000, 1, 1, ["driver-hard", "worker-hard"], max_offsets=1000),
+        Scenario("shuffle before the sink", 8_000, 2, 3, ["driver-hard"], shuffle=True, max_offsets=1000),
+    ],
+    "full": [
+        Scenario("2->3 partitions, mixed bounces", 100_000, 2, 3, _MIXED * 3, max_offsets=5000),
+        Scenario("1->1 partition, order kept", 100_000, 1, 1,
+                 ["driver-hard", "broker-hard", "worker-hard", "driver-clean"] * 2, max_offsets=5000),
+        Scenario("shuffle before the sink", 100_000, 2, 3, ["driver-hard", "broker-hard", "worker-hard"] * 2,
+                 shuffle=True, max_offsets=5000),
+    ],
+}
+
+
+def profile_name() -> str:
+    name = os.environ.get("KAFKA_EOS_CHAOS_PROFILE", "reduced")
+    if name not in PROFILES:
+        raise ValueError(f"KAFKA_EOS_CHAOS_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
+    return name
+
+
+def scenarios() -> list[Scenario]:
+    return PROFILES[profile_name()]
