@@ -93,6 +93,18 @@ def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka39(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
+    """An embedded Kafka 3.9 broker, for proving compatibility with the 3.x line."""
+    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+
+    cluster = EmbeddedKafka(tmp_path_factory.mktemp("kafka39"), brokers=1, kafka_version="3.9")
+    try:
+        yield KafkaUnderTest(cluster.start(), "embedded", 1, cluster)
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def new_topic(kafka: KafkaUnderTest) -> Callable[..., str]:
     """``new_topic(partitions=1, config=None) -> name``: a fresh topic per call."""
