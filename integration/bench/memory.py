@@ -1,9 +1,10 @@
 """Peak memory of Spark's Python workers during one measured run.
 
-The workers are forks of the pyspark daemon under the driver's JVM. A sampler thread
-reads their resident set size from /proc every 100 ms; the peak of the sum (all workers
-at once) and the peak of one worker are reported. The built-in connector runs no Python
-workers, so its figures are zero.
+The workers are forks of the pyspark daemon under the driver's JVM (reused across
+tasks). A sampler thread reads their resident set size from /proc every 100 ms and
+reports how far the sum over all workers rose above what it was when the run began
+(``peak_total``), and the largest single worker seen (``peak_one``). The built-in
+connector runs no Python code, so its rise is about zero.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ def _rss_bytes(pid: int) -> int:
 
 
 def _is_worker(pid: int) -> bool:
+    """A fork of the daemon (the daemon itself holds no task data)."""
     try:
-        return b"pyspark.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        if b"pyspark.daemon" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return False
+        parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        return b"pyspark.daemon" in Path(f"/proc/{parent}/cmdline").read_bytes()
+    except (OSError, IndexError):
         return False
 
 
@@ -39,20 +44,24 @@ class WorkerMemory(threading.Thread):
         self.interval = interval
         self.peak_total = 0
         self.peak_one = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
+
+    def _sample(self) -> list[int]:
+        return [_rss_bytes(pid) for pid in descendants(self.root) if _is_worker(pid)]
 
     def run(self) -> None:
-        while not self._stop.is_set():
-            sizes = [_rss_bytes(pid) for pid in descendants(self.root) if _is_worker(pid)]
+        baseline = sum(self._sample())
+        while not self._halt.is_set():
+            sizes = self._sample()
             if sizes:
-                self.peak_total = max(self.peak_total, sum(sizes))
+                self.peak_total = max(self.peak_total, sum(sizes) - baseline)
                 self.peak_one = max(self.peak_one, max(sizes))
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def __enter__(self) -> "WorkerMemory":
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(2)

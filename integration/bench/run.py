@@ -54,6 +54,7 @@ class Measurement:
     records: int
     seconds: list
     worker_peak_mb: float = 0.0
+    worker_largest_mb: float = 0.0
 
     @property
     def median(self) -> float:
@@ -91,7 +92,8 @@ def _seeded_topic(bootstrap: str, size: int, partitions: int, records: int, repl
     return topic
 
 
-def measure(spark, bootstrap: str, profile: Profile, replication: int, log) -> list[Measurement]:
+def measure(spark, bootstrap: str, profile: Profile, replication: int, log,
+            only: tuple[str, ...] = ()) -> list[Measurement]:
     results: list[Measurement] = []
     configs = [(size, profile.partitions[0]) for size in profile.sizes]
     configs += [(1024, p) for p in profile.scaling_partitions if (1024, p) not in configs]
@@ -122,6 +124,8 @@ def measure(spark, bootstrap: str, profile: Profile, replication: int, log) -> l
             # Scaling points: the source and the exactly-once sink against the built-in.
             variants = {k: v for k, v in variants.items() if k[1] in ("kafka_eos", "builtin",
                                                                       "kafka_eos exactly_once")}
+        if only:
+            variants = {k: v for k, v in variants.items() if any(o in k[1] for o in only)}
         table = {key: Measurement(key[0], key[1], size, partitions, records, []) for key in variants}
         order = list(variants)
         for rep in range(profile.reps):
@@ -130,6 +134,7 @@ def measure(spark, bootstrap: str, profile: Profile, replication: int, log) -> l
                     seconds = variants[key]()
                 table[key].seconds.append(seconds)
                 table[key].worker_peak_mb = max(table[key].worker_peak_mb, mem.peak_total / 1e6)
+                table[key].worker_largest_mb = max(table[key].worker_largest_mb, mem.peak_one / 1e6)
                 log(f"{key[0]:<9} {key[1]:<26} {size:>6} B x{partitions:<3} {records:>9,} rec "
                     f"{seconds:7.2f}s {records / seconds:>12,.0f} rec/s")
         results.extend(table.values())
@@ -153,13 +158,14 @@ def markdown(rows: list[dict], machine: dict) -> str:
              f"built-in connector {machine['builtin_connector']}, Kafka at {machine['kafka']}; "
              f"{machine['date']}.", "",
              "| workload | variant | record | partitions | records | median s | records/s | MB/s | "
-             "vs built-in | vs raw client | Python workers peak MB |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "vs built-in | vs raw client | Python workers: rise MB | largest worker MB |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     fmt = lambda x: "" if x is None else f"{x:.2f}x"
     for r in rows:
         lines.append(f"| {r['workload']} | {r['variant']} | {r['size']} B | {r['partitions']} | {r['records']:,} | "
                      f"{r['median_s']:.2f} | {r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} | "
-                     f"{fmt(r['vs_builtin'])} | {fmt(r['vs_raw'])} | {r['worker_peak_mb']:.0f} |")
+                     f"{fmt(r['vs_builtin'])} | {fmt(r['vs_raw'])} | {r['worker_peak_mb']:.0f} | "
+                     f"{r['worker_largest_mb']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -215,6 +221,7 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="smoke")
     parser.add_argument("--bootstrap", help="existing Kafka (default: an embedded one)")
     parser.add_argument("--brokers", type=int, default=1)
+    parser.add_argument("--only", default="", help="comma-separated variant substrings to run (default: all)")
     parser.add_argument("--out", default=None, help="output directory (default: a temp dir for smoke, docs/bench for full)")
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
@@ -238,7 +245,8 @@ def main(argv=None) -> int:
                "date": time.strftime("%Y-%m-%d"), "profile": args.profile}
     spark = _spark(jars)
     try:
-        results = measure(spark, bootstrap, profile, min(args.brokers, 3), lambda s: print(s, flush=True))
+        results = measure(spark, bootstrap, profile, min(args.brokers, 3), lambda s: print(s, flush=True),
+                          tuple(filter(None, args.only.split(","))))
     finally:
         spark.stop()
         if cluster is not None:
