@@ -1,0 +1,271 @@
+"""Source options: built once from Spark's option map, checked all at once, then frozen.
+
+Option names and meanings follow Spark's built-in Kafka source so that moving from
+``format("kafka")`` to ``format("kafka_eos")`` changes nothing else; what differs is listed
+in ``docs/source.md``. Every mistake is a :class:`~kafka_eos_ds.errors.ConfigError` naming
+the option and the fix, raised on the driver before any task runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.options import Options
+from kafka_eos_ds.source import offsets as offsets_json
+from kafka_eos_ds.source.offsets import Offsets
+
+# Client keys the source sets itself; the value is the reason given to the user.
+OWNED_KAFKA_KEYS = {
+    "auto.offset.reset": "the source sets it. Use the source option 'startingOffsets' "
+                         "('earliest', 'latest', 'group' or JSON) instead.",
+    "enable.auto.commit": "the Spark checkpoint tracks offsets; the source commits the consumed "
+                          "offsets to the consumer group itself (option 'commitOffsetsToGroup').",
+    "enable.auto.offset.store": "the source tracks offsets itself.",
+    "enable.partition.eof": "the source needs partition EOF events to end a range.",
+    "key.deserializer": "keys are always returned as binary; cast or parse them with DataFrame operations.",
+    "value.deserializer": "values are always returned as binary; cast or parse them with DataFrame operations.",
+    "interceptor.classes": "records must reach Spark unchanged.",
+    "group.instance.id": "the source never joins its consumer group; static membership does not apply.",
+}
+
+DEFAULT_GROUP_ID_PREFIX = "kafka-eos-source"
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+_SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What to read: a topic list, a topic regex, or fixed topic-partitions."""
+
+    kind: str  # "subscribe" | "subscribePattern" | "assign"
+    topics: tuple[str, ...] = ()
+    pattern: Optional[str] = None
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "subscribe":
+            return "subscribe=" + ",".join(sorted(self.topics))
+        if self.kind == "subscribePattern":
+            return f"subscribePattern={self.pattern}"
+        return "assign=" + offsets_json.dumps({tp: 0 for tp in self.assigned})
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where a range starts or ends: a named position, explicit offsets, or timestamps."""
+
+    kind: str  # "earliest" | "latest" | "group" | "offsets" | "timestamp" | "timestamps"
+    offsets: Offsets = field(default_factory=dict)  # kind "offsets" (may hold -2/-1) or "timestamps"
+    timestamp: Optional[int] = None  # kind "timestamp": one epoch-ms for every partition
+    # What to do when no record has a timestamp >= the one asked for: "error" or "latest".
+    strategy: str = "error"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Every source setting, validated. Picklable; executors get the parts they need."""
+
+    client_conf: dict[str, str]
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    group_id: str
+    commit_offsets_to_group: bool = True
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    max_offsets_per_trigger: Optional[int] = None
+    min_offsets_per_trigger: Optional[int] = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    min_partitions: Optional[int] = None
+    max_records_per_partition: Optional[int] = None
+    poll_timeout_ms: int = 120_000
+    arrow_batch_records: int = 10_000
+
+    @property
+    def read_committed(self) -> bool:
+        return self.client_conf.get("isolation.level", "read_committed") == "read_committed"
+
+    @classmethod
+    def from_spark(cls, raw: Mapping[str, Any], *, streaming: bool) -> "SourceOptions":
+        opts = Options(raw)
+        client_conf = _client_conf(opts)
+        subscription = _subscription(opts)
+        starting = _starting(opts, streaming)
+        ending = _ending(opts, streaming)
+        max_per = opts.get_int("maxOffsetsPerTrigger", minimum=1)
+        min_per = opts.get_int("minOffsetsPerTrigger", minimum=1)
+        delay = _duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS)
+        if streaming and (max_per is not None or min_per is not None or "maxTriggerDelay" in opts):
+            _require_admission_control()
+        if max_per is not None and min_per is not None and min_per > max_per:
+            raise ConfigError(f"Option 'minOffsetsPerTrigger' ({min_per}) must not exceed "
+                              f"'maxOffsetsPerTrigger' ({max_per}).")
+        if not streaming:
+            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+                if name in opts:
+                    raise ConfigError(f"Option '{name}' applies to streaming reads only; remove it "
+                                      "from this batch read (spark.read).")
+        group_id = client_conf.pop("group.id", None) or _derived_group_id(opts, subscription)
+        return cls(
+            client_conf=client_conf,
+            subscription=subscription,
+            starting=starting,
+            ending=ending,
+            group_id=group_id,
+            commit_offsets_to_group=opts.get_bool("commitOffsetsToGroup", True),
+            fail_on_data_loss=opts.get_bool("failOnDataLoss", True),
+            include_headers=opts.get_bool("includeHeaders", False),
+            max_offsets_per_trigger=max_per,
+            min_offsets_per_trigger=min_per,
+            max_trigger_delay_ms=delay,
+            min_partitions=opts.get_int("minPartitions", minimum=1),
+            max_records_per_partition=opts.get_int("maxRecordsPerPartition", minimum=1),
+            poll_timeout_ms=opts.get_int("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1) or 120_000,
+            arrow_batch_records=opts.get_int("arrowBatchRecords", 10_000, minimum=1) or 10_000,
+        )
+
+
+def _client_conf(opts: Options) -> dict[str, str]:
+    conf = opts.kafka_params(owned=OWNED_KAFKA_KEYS)
+    conf = {(k.lower() if k.lower() in ("group.id", "isolation.level", "bootstrap.servers") else k): v
+            for k, v in conf.items()}
+    isolation = conf.get("isolation.level", "read_committed").strip().lower()
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise ConfigError(f"Option 'kafka.isolation.level' must be read_committed or read_uncommitted; "
+                          f"got {isolation!r}.")
+    conf["isolation.level"] = isolation
+    return conf
+
+
+def _subscription(opts: Options) -> Subscription:
+    given = [name for name in _SUBSCRIPTIONS if name in opts]
+    if len(given) != 1:
+        what = "none" if not given else ", ".join(given)
+        raise ConfigError("Exactly one of the options 'subscribe', 'subscribePattern', 'assign' must be "
+                          f"set (got {what}): e.g. .option('subscribe', 'topicA,topicB').")
+    kind = given[0]
+    value = (opts.get(kind) or "").strip()
+    if kind == "subscribe":
+        topics = tuple(sorted({t.strip() for t in value.split(",") if t.strip()}))
+        if not topics:
+            raise ConfigError("Option 'subscribe' must list at least one topic, e.g. 'topicA,topicB'.")
+        return Subscription(kind, topics=topics)
+    if kind == "subscribePattern":
+        if not value:
+            raise ConfigError("Option 'subscribePattern' must be a non-empty Java/Python regex, e.g. 'orders-.*'.")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ConfigError(f"Option 'subscribePattern' is not a valid regex ({exc}): {value!r}.") from None
+        return Subscription(kind, pattern=value)
+    parsed = _parse_assign(value)
+    return Subscription(kind, assigned=tuple(sorted(parsed)))
+
+
+def _parse_assign(value: str) -> dict[tuple[str, int], int]:
+    import json
+
+    example = '{"topicA": [0, 1], "topicB": [2, 4]}'
+    try:
+        data = json.loads(value)
+        if not isinstance(data, dict) or not all(isinstance(parts, list) for parts in data.values()):
+            raise ValueError("not an object of lists")
+        out = {(str(t), int(p)): 0 for t, parts in data.items() for p in parts}
+    except (ValueError, TypeError):
+        raise ConfigError(f"Option 'assign' must be JSON like {example}; got {value!r}.") from None
+    if not out:
+        raise ConfigError(f"Option 'assign' must name at least one partition, e.g. {example}.")
+    return out
+
+
+def _strategy(opts: Options) -> str:
+    return opts.get_choice("startingOffsetsByTimestampStrategy", ("error", "latest"), "error")
+
+
+def _starting(opts: Options, streaming: bool) -> OffsetSpec:
+    # Same precedence as Spark's built-in source: global timestamp, per-partition
+    # timestamps, then offsets.
+    if "startingTimestamp" in opts:
+        stamp = opts.get_int("startingTimestamp", minimum=0)
+        return OffsetSpec("timestamp", timestamp=stamp, strategy=_strategy(opts))
+    if "startingOffsetsByTimestamp" in opts:
+        stamps = offsets_json.parse_timestamps("startingOffsetsByTimestamp", opts.get("startingOffsetsByTimestamp") or "")
+        return OffsetSpec("timestamps", offsets=stamps, strategy=_strategy(opts))
+    default = "latest" if streaming else "earliest"
+    text = (opts.get("startingOffsets") or default).strip()
+    lowered = text.lower()
+    if lowered in ("earliest", "latest", "group"):
+        if lowered == "latest" and not streaming:
+            raise ConfigError("Option 'startingOffsets' cannot be 'latest' for a batch read (it would read "
+                              "nothing); use 'earliest', 'group' or JSON offsets.")
+        return OffsetSpec(lowered)
+    offsets = offsets_json.parse_option("startingOffsets", text, allow_latest=streaming)
+    return OffsetSpec("offsets", offsets=offsets)
+
+
+def _ending(opts: Options, streaming: bool) -> OffsetSpec:
+    names = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+    if streaming:
+        for name in names:
+            if name in opts:
+                raise ConfigError(f"Option '{name}' is for batch reads (spark.read) only; a streaming "
+                                  "query reads until it is stopped (use Trigger.AvailableNow to stop at "
+                                  "the offsets available at start).")
+        return OffsetSpec("latest")
+    if "endingTimestamp" in opts:
+        return OffsetSpec("timestamp", timestamp=opts.get_int("endingTimestamp", minimum=0), strategy="latest")
+    if "endingOffsetsByTimestamp" in opts:
+        stamps = offsets_json.parse_timestamps("endingOffsetsByTimestamp", opts.get("endingOffsetsByTimestamp") or "")
+        return OffsetSpec("timestamps", offsets=stamps, strategy="latest")
+    text = (opts.get("endingOffsets") or "latest").strip()
+    if text.lower() == "latest":
+        return OffsetSpec("latest")
+    if text.lower() in ("earliest", "group"):
+        raise ConfigError(f"Option 'endingOffsets' cannot be {text!r}; use 'latest' or JSON offsets.")
+    return OffsetSpec("offsets", offsets=offsets_json.parse_option("endingOffsets", text, allow_earliest=False))
+
+
+def _duration_ms(opts: Options, name: str, default: int) -> int:
+    text = opts.get(name)
+    if text is None:
+        return default
+    match = _DURATION.match(text)
+    if not match:
+        raise ConfigError(f"Option '{name}' must be a duration like '30s', '15m', '1h' or milliseconds; "
+                          f"got {text!r}.")
+    return int(match.group(1)) * _UNIT_MS[(match.group(2) or "").lower() or None]
+
+
+def _derived_group_id(opts: Options, subscription: Subscription) -> str:
+    # Stable across restarts (so lag tools follow one group), distinct per subscription.
+    prefix = (opts.get("groupIdPrefix") or DEFAULT_GROUP_ID_PREFIX).strip()
+    if not prefix:
+        raise ConfigError("Option 'groupIdPrefix' must not be empty.")
+    digest = hashlib.sha256(subscription.describe().encode()).hexdigest()[:12]
+    return f"{prefix}-{digest}"
+
+
+def admission_control_available() -> bool:
+    """Whether this pyspark passes read limits to Python sources (4.2 and later)."""
+    try:
+        from pyspark.sql.streaming.datasource import ReadMaxRows, ReadMinRows  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _require_admission_control() -> None:
+    if not admission_control_available():
+        import pyspark
+
+        raise ConfigError(
+            "Options 'maxOffsetsPerTrigger', 'minOffsetsPerTrigger' and 'maxTriggerDelay' need admission "
+            f"control for Python sources, which pyspark {pyspark.__version__} lacks (it exists from 4.2). "
+            "Remove them or upgrade pyspark."
+        )

@@ -1,0 +1,122 @@
+"""Offset ranges -> input partitions: one ``[from, until)`` range per Kafka partition.
+
+Pure logic (no Kafka, no Spark calls) so it is unit-tested on its own. The driver-side
+reader asks Kafka for the earliest offsets, then :func:`plan_ranges` turns the batch's
+start and end offsets into ranges, applying ``failOnDataLoss`` to partitions that
+vanished, offsets that went backwards and offsets already deleted by retention, and
+:func:`split_ranges` cuts them by ``maxRecordsPerPartition`` / ``minPartitions``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from pyspark.sql.datasource import InputPartition
+
+from kafka_eos_ds.errors import DataLossError
+from kafka_eos_ds.source.offsets import Offsets
+
+log = logging.getLogger(__name__)
+
+_FAIL_HINT = ("Set the source option failOnDataLoss=false to skip the missing offsets with a warning "
+              "instead (the query then silently misses those records).")
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets ``[from_offset, until_offset)`` of one Kafka partition."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    @property
+    def size(self) -> int:
+        """Upper bound on the records in the range (markers and aborted records use offsets)."""
+        return max(0, self.until_offset - self.from_offset)
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """What an executor needs to read any range of this source (pickled with each partition)."""
+
+    client_conf: dict[str, str] = field(default_factory=dict)
+    group_id: str = ""
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+    batch_records: int = 10_000
+
+
+@dataclass
+class KafkaInputPartition(InputPartition):
+    """One Spark input partition: a range and how to read it."""
+
+    range: OffsetRange
+    config: ReadConfig
+
+
+def report_data_loss(message: str, fail_on_data_loss: bool, warn: Callable[[str], None] = log.warning) -> None:
+    """Raise DataLossError, or warn and let the caller skip ahead."""
+    if fail_on_data_loss:
+        raise DataLossError(f"{message} {_FAIL_HINT}")
+    warn(f"{message} Skipping ahead because failOnDataLoss=false.")
+
+
+def plan_ranges(start: Offsets, end: Offsets, earliest: Offsets, fail_on_data_loss: bool,
+                warn: Callable[[str], None] = log.warning) -> list[OffsetRange]:
+    """Non-empty ranges from ``start`` to ``end``.
+
+    ``earliest`` holds the current earliest offset of every partition in ``end``.
+    Partitions in ``end`` but not in ``start`` are new and start at their earliest offset.
+    """
+    for topic, partition in sorted(set(start) - set(end)):
+        report_data_loss(f"Partition {topic}-{partition} (from offset {start[(topic, partition)]}) no longer "
+                         "exists: its topic or partition was deleted.", fail_on_data_loss, warn)
+    ranges = []
+    for tp in sorted(end):
+        topic, partition = tp
+        until = end[tp]
+        first = earliest.get(tp)
+        if tp in start:
+            begin = start[tp]
+        else:
+            begin = first if first is not None else 0
+        if until < begin:
+            report_data_loss(f"Offsets of {topic}-{partition} went backwards from {begin} to {until}: the topic "
+                             "was probably deleted and re-created.", fail_on_data_loss, warn)
+            continue
+        if first is not None and begin < first:
+            report_data_loss(f"Offsets {begin} to {min(first, until)} of {topic}-{partition} were deleted "
+                             f"(retention or deleteRecords) before they were read; the earliest offset now is {first}.",
+                             fail_on_data_loss, warn)
+            begin = min(first, until)
+        if until > begin:
+            ranges.append(OffsetRange(topic, partition, begin, until))
+    return ranges
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: Optional[int] = None,
+                 max_records_per_partition: Optional[int] = None) -> list[OffsetRange]:
+    """Cut ranges so none exceeds ``max_records_per_partition`` and there are at least
+    ``min_partitions`` pieces (large ranges are cut in proportion to their size)."""
+    out = list(ranges)
+    if max_records_per_partition:
+        out = [piece for r in out for piece in _cut(r, math.ceil(r.size / max_records_per_partition))]
+    if min_partitions and len(out) < min_partitions:
+        total = sum(r.size for r in out)
+        if total > 0:
+            out = [piece for r in out for piece in _cut(r, max(1, math.ceil(r.size * min_partitions / total)))]
+    return out
+
+
+def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    parts = max(1, min(parts, r.size))
+    if parts == 1:
+        return [r]
+    bounds = [r.from_offset + (r.size * i) // parts for i in range(parts + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]

@@ -1,0 +1,177 @@
+"""Executor side: one offset range -> Arrow record batches of bounded size.
+
+A range ends when the consumer's position reaches ``until``, never after counting
+records: under ``read_committed`` transaction markers and aborted records occupy
+offsets, so ``[from, until)`` may hold fewer records than ``until - from`` and its last
+offsets may be markers. The loop therefore stops on whichever comes first: a record at
+or beyond ``until``, the consumer position reaching ``until``, or a partition-EOF event
+at or beyond ``until``. Memory stays flat: records are consumed in chunks and yielded
+as batches of at most ``batch_records`` rows (or ~32 MiB).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from typing import Any, Iterator
+
+from kafka_eos_ds.errors import DataLossError, KafkaClientError
+from kafka_eos_ds.source.planning import KafkaInputPartition, OffsetRange, ReadConfig, report_data_loss
+from kafka_eos_ds.source.schema import arrow_schema
+
+log = logging.getLogger(__name__)
+
+_MAX_BATCH_BYTES = 32 * 1024 * 1024
+_CONSUME_CHUNK = 5_000
+
+
+def read_partition(part: KafkaInputPartition) -> Iterator[Any]:
+    """Yield ``pyarrow.RecordBatch`` es with the records of ``part.range``."""
+    if not isinstance(part, KafkaInputPartition) or part.range.size == 0:
+        return  # Spark plans one empty placeholder partition when there is nothing to read
+    consumer = _consumer(part.config)
+    try:
+        yield from _RangeReader(consumer, part.range, part.config).batches()
+    finally:
+        consumer.close()
+
+
+def _consumer(config: ReadConfig):
+    from confluent_kafka import Consumer
+
+    conf = {
+        **config.client_conf,
+        "group.id": config.group_id,
+        # The consumer never joins the group nor commits: offsets live in Spark's checkpoint.
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        # Fail instead of jumping silently when offsets are gone (failOnDataLoss decides).
+        "auto.offset.reset": "error",
+    }
+    try:
+        return Consumer(conf)
+    except Exception as exc:
+        raise KafkaClientError(f"could not create a Kafka consumer: {exc}") from exc
+
+
+class _RangeReader:
+    def __init__(self, consumer: Any, rng: OffsetRange, config: ReadConfig) -> None:
+        import pyarrow as pa
+
+        self.pa = pa
+        self.consumer = consumer
+        self.range = rng
+        self.config = config
+        self.schema = arrow_schema(config.include_headers)
+        self.topic_scalar = pa.scalar(rng.topic, pa.string())
+        self.partition_scalar = pa.scalar(rng.partition, pa.int32())
+
+    def batches(self) -> Iterator[Any]:
+        from confluent_kafka import TopicPartition
+
+        r = self.range
+        self.consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
+        position = r.from_offset
+        pending: list = []
+        pending_rows = pending_bytes = 0
+        last_progress = time.monotonic()
+        while position < r.until_offset:
+            messages = self.consumer.consume(num_messages=_CONSUME_CHUNK, timeout=1.0)
+            records = [m for m in messages if m.error() is None]
+            if len(records) != len(messages):
+                for m in messages:
+                    if m.error() is not None:
+                        position = max(position, self._on_event(m, position))
+            if records:
+                offsets = [m.offset() for m in records]
+                cut = bisect.bisect_left(offsets, r.until_offset)
+                if cut < len(records):
+                    records, offsets = records[:cut], offsets[:cut]
+                    position = r.until_offset
+                if records:
+                    position = max(position, offsets[-1] + 1)
+                    chunk = self._chunk(records, offsets)
+                    pending.append(chunk)
+                    pending_rows += chunk.num_rows
+                    pending_bytes += chunk.nbytes
+                last_progress = time.monotonic()
+            if position < r.until_offset:
+                # Trailing markers / aborted records: the position moves past them
+                # although no record is returned.
+                current = self.consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
+                if current >= r.until_offset:
+                    position = r.until_offset
+            if pending and (pending_rows >= self.config.batch_records or pending_bytes >= _MAX_BATCH_BYTES
+                            or position >= r.until_offset):
+                yield pending[0] if len(pending) == 1 else self.pa.concat_batches(pending)
+                pending, pending_rows, pending_bytes = [], 0, 0
+            if time.monotonic() - last_progress > self.config.poll_timeout_ms / 1000.0:
+                raise KafkaClientError(
+                    f"Timed out after {self.config.poll_timeout_ms} ms reading {r.topic}-{r.partition} at offset "
+                    f"{position} (range ends at {r.until_offset}); raise kafkaConsumer.pollTimeoutMs if the "
+                    "cluster is slow.", retriable=True)
+        if pending:
+            yield pending[0] if len(pending) == 1 else self.pa.concat_batches(pending)
+
+    def _on_event(self, message: Any, position: int) -> int:
+        """Handle an error event; return the position it proves (or the current one)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        r = self.range
+        err = message.error()
+        code = err.code()
+        if code == KafkaError._PARTITION_EOF:
+            # The broker has nothing beyond this offset (for read_committed: the LSO).
+            return message.offset() if message.offset() >= r.until_offset else position
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            low, _high = self._watermarks()
+            report_data_loss(f"Offsets {position} to {min(low, r.until_offset)} of {r.topic}-{r.partition} were "
+                             f"deleted before they were read (earliest offset now {low}).",
+                             self.config.fail_on_data_loss)
+            if low >= r.until_offset:
+                return r.until_offset
+            self.consumer.assign([TopicPartition(r.topic, r.partition, max(low, position))])
+            return position
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+            report_data_loss(f"Partition {r.topic}-{r.partition} disappeared while offsets {position} to "
+                             f"{r.until_offset} were being read (topic deleted?).", self.config.fail_on_data_loss)
+            return r.until_offset
+        if err.fatal() or not err.retriable():
+            raise KafkaClientError(f"reading {r.topic}-{r.partition} at offset {position} failed: {err}",
+                                   retriable=err.retriable())
+        log.warning("retriable Kafka error reading %s-%s: %s", r.topic, r.partition, err)
+        return position
+
+    def _watermarks(self) -> tuple[int, int]:
+        from confluent_kafka import TopicPartition
+
+        try:
+            return self.consumer.get_watermark_offsets(TopicPartition(self.range.topic, self.range.partition),
+                                                       timeout=30, cached=False)
+        except Exception as exc:
+            raise KafkaClientError(f"could not read watermarks of {self.range.topic}-{self.range.partition}: "
+                                   f"{exc}") from exc
+
+    def _chunk(self, records: list, offsets: list) -> Any:
+        pa = self.pa
+        n = len(records)
+        stamps = [m.timestamp() for m in records]
+        columns = [
+            pa.array([m.key() for m in records], pa.binary()),
+            pa.array([m.value() for m in records], pa.binary()),
+            pa.repeat(self.topic_scalar, n),
+            pa.repeat(self.partition_scalar, n),
+            pa.array(offsets, pa.int64()),
+            # Kafka timestamps are epoch milliseconds; Spark wants microseconds in UTC.
+            pa.array([s[1] * 1000 for s in stamps], pa.int64()).cast(self.schema.field("timestamp").type),
+            # librdkafka: 0 none, 1 create, 2 log-append; Spark/Java: -1, 0, 1.
+            pa.array([s[0] - 1 for s in stamps], pa.int32()),
+        ]
+        if self.config.include_headers:
+            columns.append(pa.array([m.headers() for m in records], self.schema.field("headers").type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+__all__ = ["read_partition", "DataLossError"]

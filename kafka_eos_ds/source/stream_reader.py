@@ -1,0 +1,219 @@
+"""The streaming reader: offsets per trigger, admission control, planning, lag commits.
+
+Spark keeps one driver-side instance per source per query run (in a long-lived Python
+worker) for ``initialOffset``/``latestOffset``/``partitions``/``commit``; executors get a
+pickled copy for ``read`` only, so driver clients are created lazily and never pickled.
+``stop()`` may never be called, so nothing depends on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterator, Optional, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from kafka_eos_ds.source import offsets as offsets_json
+from kafka_eos_ds.source.group_commit import GroupOffsetCommitter
+from kafka_eos_ds.source.metadata import KafkaMetadata
+from kafka_eos_ds.source.offsets import Offsets
+from kafka_eos_ds.source.options import SourceOptions
+from kafka_eos_ds.source.planning import KafkaInputPartition, ReadConfig, plan_ranges, split_ranges
+from kafka_eos_ds.source.positions import resolve
+from kafka_eos_ds.source.reading import read_partition
+from kafka_eos_ds.source.schema import check_schema
+
+try:  # pyspark >= 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # older pyspark: no admission control, no AvailableNow for Python sources
+    ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+log = logging.getLogger(__name__)
+
+
+def read_config(options: SourceOptions) -> ReadConfig:
+    return ReadConfig(
+        client_conf=dict(options.client_conf),
+        group_id=options.group_id,
+        include_headers=options.include_headers,
+        fail_on_data_loss=options.fail_on_data_loss,
+        poll_timeout_ms=options.poll_timeout_ms,
+        batch_records=options.arrow_batch_records,
+    )
+
+
+def input_partitions(options: SourceOptions, start: Offsets, end: Offsets, earliest: Offsets) -> list[KafkaInputPartition]:
+    ranges = plan_ranges(start, end, earliest, options.fail_on_data_loss)
+    ranges = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    config = read_config(options)
+    return [KafkaInputPartition(r, config) for r in ranges]
+
+
+def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
+    """Spread ``max_records`` over partitions in proportion to their backlog (largest remainder)."""
+    backlog = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(backlog.values())
+    if total <= max_records:
+        return dict(latest)
+    shares = {tp: max_records * size / total for tp, size in backlog.items()}
+    take = {tp: int(share) for tp, share in shares.items()}
+    left = max_records - sum(take.values())
+    for tp in sorted(shares, key=lambda tp: (take[tp] - shares[tp], tp))[:left]:
+        take[tp] += 1
+    return {tp: (start[tp] + take[tp] if tp in start else latest[tp]) for tp in latest}
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reads of Kafka topics, drop-in for Spark's built-in ``format("kafka")``.
+
+    Options
+    -------
+    kafka.bootstrap.servers : str
+        Brokers, ``host:port,...`` (required). Every ``kafka.*`` option goes to librdkafka.
+    subscribe, subscribePattern, assign : str
+        Exactly one: topic list, topic regex, or JSON ``{"topic": [0, 1]}``.
+    startingOffsets : str
+        ``latest`` (default), ``earliest``, ``group`` or JSON ``{"topic": {"0": 23}}`` (-2/-1 =
+        earliest/latest). Only used when the query starts without a checkpoint.
+    startingTimestamp, startingOffsetsByTimestamp, startingOffsetsByTimestampStrategy
+        Start by record timestamp (epoch ms), as in Spark's built-in source.
+    maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay
+        Admission control per micro-batch.
+    failOnDataLoss : bool
+        Fail (default) or warn and skip when offsets vanished.
+    includeHeaders : bool
+        Add the ``headers`` column.
+    kafka.isolation.level : str
+        ``read_committed`` (default here) or ``read_uncommitted``.
+    groupIdPrefix, kafka.group.id, commitOffsetsToGroup
+        The consumer group the consumed offsets are committed to after every batch (on by
+        default) so lag tools see the query's progress.
+
+    Notes
+    -----
+    Offsets are the Spark checkpoint's; the group commit is for monitoring only and is
+    best effort. See ``docs/source.md``.
+
+    Examples
+    --------
+    >>> df = (spark.readStream.format("kafka_eos")
+    ...       .option("kafka.bootstrap.servers", "localhost:9092")
+    ...       .option("subscribe", "orders").load())
+    """
+
+    def __init__(self, schema: StructType, options: dict) -> None:
+        self.options = SourceOptions.from_spark(options, streaming=True)
+        check_schema(schema, self.options.include_headers)
+        self._metadata: Optional[KafkaMetadata] = None
+        self._committer = GroupOffsetCommitter(self.options.group_id)
+        self._target: Optional[Offsets] = None
+        self._latest: Optional[Offsets] = None
+        self._current: Optional[Offsets] = None
+        self._last_batch_at = time.monotonic()
+
+    def __getstate__(self) -> dict:
+        # Executors need only the options; driver clients cannot be pickled.
+        state = dict(self.__dict__)
+        state["_metadata"] = None
+        return state
+
+    @property
+    def metadata(self) -> KafkaMetadata:
+        if self._metadata is None:
+            self._metadata = KafkaMetadata(self.options)
+        return self._metadata
+
+    # -- offsets -----------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        parts = self.metadata.partitions()
+        start = resolve(self.options.starting, parts, self.metadata, "startingOffsets")
+        self._current = start
+        return offsets_json.to_json(start)
+
+    def getDefaultReadLimit(self) -> Any:
+        if ReadAllAvailable is None:
+            return None
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: Optional[dict] = None, limit: Any = None) -> dict:
+        if start is not None:
+            begin = offsets_json.from_json(start)
+            self._current = begin
+        elif self._current is not None:
+            begin = self._current
+        else:  # pyspark without admission control: the first call follows initialOffset
+            begin = offsets_json.from_json(self.initialOffset())
+        parts = self.metadata.partitions()
+        latest = self.metadata.latest(parts)
+        new = parts - set(begin)
+        if new:
+            # New partitions are read from their earliest offset.
+            begin = {**begin, **self.metadata.earliest(new)}
+        if self._target is not None:
+            latest = {tp: min(off, self._target[tp]) for tp, off in latest.items() if tp in self._target}
+            for tp in set(begin) & parts - set(latest):
+                latest[tp] = begin[tp]
+        self._latest = latest
+        end = self._admit(begin, latest, limit)
+        if end != begin:
+            self._last_batch_at = time.monotonic()
+        self._current = end
+        return offsets_json.to_json(end)
+
+    def _admit(self, begin: Offsets, latest: Offsets, limit: Any) -> Offsets:
+        if limit is None or (ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable)):
+            if self._target is None or self.options.max_offsets_per_trigger is None:
+                return latest
+        opts = self.options
+        if opts.min_offsets_per_trigger is not None and self._target is None:
+            available = sum(max(0, off - begin.get(tp, off)) for tp, off in latest.items())
+            waited_ms = (time.monotonic() - self._last_batch_at) * 1000
+            if available < opts.min_offsets_per_trigger and waited_ms < opts.max_trigger_delay_ms:
+                # Not enough yet: returning the start offsets means "no new batch".
+                return dict(self._current) if self._current is not None else dict(begin)
+        max_rows = opts.max_offsets_per_trigger
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        if max_rows is None:
+            return latest
+        return limit_offsets(begin, latest, max_rows)
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        return offsets_json.to_json(self._latest) if self._latest is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        parts = self.metadata.partitions()
+        self._target = self.metadata.latest(parts)
+
+    # -- planning and reading ----------------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, finish = offsets_json.from_json(start), offsets_json.from_json(end)
+        earliest = self.metadata.earliest(set(finish) & self.metadata.partitions())
+        return input_partitions(self.options, begin, finish, earliest)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:  # type: ignore[override]
+        return read_partition(partition)  # type: ignore[arg-type]
+
+    # -- after a batch -----------------------------------------------------------------
+    def commit(self, end: dict) -> None:
+        if self.options.commit_offsets_to_group:
+            self._committer.commit(self.metadata.consumer(), offsets_json.from_json(end))
+
+    def stop(self) -> None:
+        if self._metadata is not None:
+            self._metadata.close()
+            self._metadata = None
