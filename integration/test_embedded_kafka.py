@@ -99,3 +99,18 @@ def test_hard_killed_broker_restarts_and_cluster_keeps_transactions(kafka3):
     kafka3.cluster.restart(2)
     values = sorted(int(r.value) for r in consume_all(kafka3.bootstrap, topic))
     assert values == list(range(30))
+
+
+def test_default_kafka4_broker_runs_transaction_protocol_v2(kafka):
+    """The 4.x line is tested with transaction.version 2 finalized (KIP-890), as a
+    Kafka 4 cluster is by default; the sink must work there with librdkafka's v1 clients."""
+    if kafka.kind != "embedded" or not kafka.cluster.kafka_version.startswith("4."):
+        pytest.skip(f"checks the embedded Kafka 4.x default; this run uses {kafka.kind}")
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    try:
+        features = admin.describe_features()
+    finally:
+        admin.close()
+    assert features["transaction.version"]["finalized"] == (2, 2)
