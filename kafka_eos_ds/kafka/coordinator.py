@@ -1,0 +1,221 @@
+"""Transaction-coordinator calls on another process's transactions (kafka-python).
+
+librdkafka cannot end, fence or list a transaction it did not open, so these calls go
+through kafka-python's request classes: EndTxn (commit or abort by producer id and
+epoch), InitProducerId (fence an id: bump its epoch, abort what is open under it),
+DescribeTransactions and ListTransactions. EndTxn stays at v4 and InitProducerId at v4:
+librdkafka speaks transaction protocol v1, and newer versions change the semantics
+(Kafka 4's transaction version 2 bumps the epoch per transaction; KIP-939 fields).
+
+All kafka-python errors are translated here, at this one boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
+from kafka_eos_ds.kafka.config import redact, to_kafka_python
+
+# Kafka error codes the sink reasons about (org.apache.kafka.common.protocol.Errors).
+NONE = 0
+REQUEST_TIMED_OUT = 7
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+PRODUCER_FENCED = 90
+
+RETRIABLE = frozenset({REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+                       NOT_COORDINATOR, CONCURRENT_TRANSACTIONS})
+_MOVED = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+
+TIMEOUT_FIX = ("Check the sink option 'kafka.transaction.timeout.ms' against the broker's "
+               "'transaction.max.timeout.ms'.")
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """The coordinator's view of one transactional id (DescribeTransactions)."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple = ()
+    start_time_ms: int = -1
+
+
+def error_name(code: int) -> str:
+    import kafka.errors as kerrors
+
+    return kerrors.for_code(code).__name__
+
+
+class TransactionCoordinator:
+    """Talks to the transaction coordinators of a cluster for transactions owned elsewhere.
+
+    Parameters
+    ----------
+    conf : Mapping
+        librdkafka-style client settings (``bootstrap.servers``, security settings).
+    """
+
+    def __init__(self, conf: Mapping[str, Any]) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        self._conf = dict(conf)
+        try:
+            self._admin = KafkaAdminClient(**to_kafka_python(conf), client_id="kafka-eos-coordinator")
+        except ConfigError:
+            raise
+        except Exception as exc:  # kafka-python raises its own and socket errors
+            raise KafkaClientError(f"Cannot reach Kafka at {redact(conf).get('bootstrap.servers')}: {exc}",
+                                   retriable=True) from exc
+
+    def close(self) -> None:
+        try:
+            self._admin.close()
+        except Exception:  # closing must never mask the error that made us close
+            pass
+
+    def __enter__(self) -> "TransactionCoordinator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- requests -----------------------------------------------------------
+
+    def _send_to_coordinator(self, transactional_id: str, request: Any) -> Any:
+        from kafka.protocol.metadata import CoordinatorType
+
+        admin = self._admin
+
+        async def go():
+            coord = await admin._find_coordinator_id(transactional_id, key_type=CoordinatorType.TRANSACTION)
+            return await admin._manager.send(request, node_id=coord)
+
+        try:
+            response = admin._manager.run(go)
+        except Exception as exc:
+            self._forget_coordinator(transactional_id)
+            raise KafkaClientError(f"Transaction coordinator call for {transactional_id} failed: {exc}",
+                                   retriable=True) from exc
+        if getattr(response, "error_code", NONE) in _MOVED:
+            self._forget_coordinator(transactional_id)
+        return response
+
+    def _forget_coordinator(self, transactional_id: str) -> None:
+        from kafka.protocol.metadata import CoordinatorType
+
+        # kafka-python caches coordinators; after a move the cached node is wrong.
+        coords = getattr(self._admin._manager.cluster, "_coordinators", None)
+        if isinstance(coords, dict):
+            coords.pop((CoordinatorType.TRANSACTION, transactional_id), None)
+            coords.pop((CoordinatorType.build_from(CoordinatorType.TRANSACTION), transactional_id), None)
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+        """Send EndTxn; return the broker's error code (0 = done)."""
+        from kafka.protocol.producer.transaction import EndTxnRequest
+
+        request = EndTxnRequest(transactional_id=transactional_id, producer_id=int(producer_id),
+                                producer_epoch=int(epoch), committed=bool(commit), max_version=4)
+        return int(self._send_to_coordinator(transactional_id, request).error_code)
+
+    def fence(self, transactional_id: str, transaction_timeout_ms: int, *, timeout_s: float = 60.0) -> None:
+        """Bump the id's epoch with InitProducerId, which aborts its open transaction.
+
+        The coordinator answers CONCURRENT_TRANSACTIONS until the abort completes, so
+        the call is retried with backoff until it succeeds or ``timeout_s`` passes.
+        """
+        from kafka.protocol.producer.transaction import InitProducerIdRequest
+
+        deadline = time.monotonic() + timeout_s
+        delay = 0.02
+        while True:
+            request = InitProducerIdRequest(transactional_id=transactional_id,
+                                            transaction_timeout_ms=int(transaction_timeout_ms),
+                                            producer_id=-1, producer_epoch=-1, max_version=4)
+            try:
+                code = int(self._send_to_coordinator(transactional_id, request).error_code)
+            except KafkaClientError as exc:
+                code, last = -1, exc
+            else:
+                last = None
+            if code == NONE:
+                return
+            if code == INVALID_TRANSACTION_TIMEOUT:
+                raise ConfigError(f"The broker refused transaction timeout {transaction_timeout_ms} ms. {TIMEOUT_FIX}")
+            if code not in RETRIABLE and code != -1:
+                raise TransactionError(f"Could not abort the open transaction of {transactional_id}: "
+                                       f"{error_name(code)}")
+            if time.monotonic() >= deadline:
+                raise TransactionError(f"Could not abort the open transaction of {transactional_id} within "
+                                       f"{timeout_s:.0f}s (last: {last or error_name(code)})", retriable=True)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def describe(self, transactional_id: str) -> Optional[TxnState]:
+        """The coordinator's state of one id, or None if it does not know the id."""
+        import kafka.errors as kerrors
+
+        try:
+            found = self._admin.describe_transactions([transactional_id])
+        except kerrors.TransactionalIdNotFoundError:
+            return None
+        except kerrors.KafkaError as exc:
+            self._forget_coordinator(transactional_id)
+            raise KafkaClientError(f"DescribeTransactions({transactional_id}) failed: {exc}",
+                                   retriable=getattr(exc, "retriable", True)) from exc
+        except Exception as exc:
+            raise KafkaClientError(f"DescribeTransactions({transactional_id}) failed: {exc}", retriable=True) from exc
+        desc = found.get(transactional_id)
+        if desc is None:
+            return None
+        return TxnState(transactional_id, str(getattr(desc.state, "value", desc.state)), desc.producer_id,
+                        desc.producer_epoch, tuple(sorted((tp.topic, tp.partition) for tp in desc.topic_partitions)),
+                        desc.transaction_start_time_ms)
+
+    def list_transactions(self, id_regex: Optional[str] = None, open_only: bool = True) -> list[tuple[str, int, str]]:
+        """``(transactional_id, producer_id, state)`` of every coordinator's transactions.
+
+        The id filter is sent to brokers that support it (Kafka 4.1+, KIP-1152) and is
+        applied here for older brokers (3.9 lists everything).
+        """
+        import re
+
+        import kafka.errors as kerrors
+        from kafka.protocol.admin.transactions import ListTransactionsRequest
+
+        states = list(OPEN_STATES) if open_only else None
+        use_pattern = id_regex is not None and self._supports(ListTransactionsRequest, 2)
+        try:
+            by_broker = self._admin.list_transactions(state_filters=states,
+                                                      transactional_id_pattern=id_regex if use_pattern else None)
+        except kerrors.KafkaError as exc:
+            raise KafkaClientError(f"ListTransactions failed: {exc}", retriable=getattr(exc, "retriable", True)) from exc
+        except Exception as exc:
+            raise KafkaClientError(f"ListTransactions failed: {exc}", retriable=True) from exc
+        rx = re.compile(id_regex) if id_regex else None
+        out = {}
+        for listings in by_broker.values():
+            for t in listings:
+                if rx is None or rx.match(t.transactional_id):
+                    out[t.transactional_id] = (t.transactional_id, t.producer_id,
+                                               str(getattr(t.state, "value", t.state)))
+        return [out[k] for k in sorted(out)]
+
+    def _supports(self, request_class: Any, version: int) -> bool:
+        try:
+            return self._admin._manager.broker_version_data.api_version(request_class) >= version
+        except Exception:
+            return False

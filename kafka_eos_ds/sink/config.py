@@ -1,0 +1,149 @@
+"""The sink's options and input columns, checked once on the driver before any write.
+
+Everything a task needs is in :class:`SinkConfig` (frozen, picklable). Every mistake is
+a ConfigError naming the option or column and the fix, raised before a record is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, StringType, StructType)
+
+from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka import transactional_ids
+from kafka_eos_ds.kafka.decision_log import DEFAULT_TOPIC
+from kafka_eos_ds.options import Options
+
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000  # the broker's default transaction.max.timeout.ms
+
+# Producer keys the connector sets itself, with the reason given to the user.
+OWNED = {
+    "transactional.id": "the sink names its transactions from 'transactionalIdPrefix'.",
+    "enable.idempotence": "the sink always enables idempotence (transactions need it).",
+    "key.serializer": "keys are written as the 'key' column's bytes (cast it to string or binary).",
+    "value.serializer": "values are written as the 'value' column's bytes (cast it to string or binary).",
+    "transactional.id.prefix": "use the sink option 'transactionalIdPrefix'.",
+}
+
+_HEADERS = ArrayType
+_COLUMN_TYPES = {
+    "value": "string or binary",
+    "key": "string or binary",
+    "topic": "string",
+    "partition": "int",
+    "headers": "array<struct<key: string, value: binary>>",
+}
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Positions of the sink's columns in the input (-1: absent)."""
+
+    value: int
+    key: int = -1
+    topic: int = -1
+    partition: int = -1
+    headers: int = -1
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    producer: Mapping[str, str]
+    topic: Optional[str]
+    guarantee: str
+    prefix: Optional[str]
+    commit_log_topic: str
+    transaction_timeout_ms: int
+    columns: Columns
+    names: tuple = field(default_factory=tuple)
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == EXACTLY_ONCE
+
+    @classmethod
+    def from_options(cls, raw: Mapping[str, Any], schema: StructType) -> "SinkConfig":
+        opts = Options(raw)
+        producer = opts.kafka_params(OWNED)
+        guarantee = opts.get_choice("deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE), EXACTLY_ONCE)
+        prefix = opts.get("transactionalIdPrefix")
+        prefix = prefix.strip() if prefix and prefix.strip() else None
+        if guarantee == EXACTLY_ONCE:
+            if prefix is None:
+                raise ConfigError(
+                    "deliveryGuarantee 'exactly_once' requires the option 'transactionalIdPrefix': a name unique "
+                    "to this query and stable across its restarts, e.g. .option('transactionalIdPrefix', "
+                    "'orders-etl'). Or set .option('deliveryGuarantee', 'at_least_once').")
+            transactional_ids.check_prefix(prefix)
+            acks = {k.lower(): v for k, v in producer.items()}.get("acks")
+            if acks is not None and acks.strip().lower() not in ("all", "-1"):
+                raise ConfigError(f"Kafka option 'kafka.acks' must be 'all' for exactly_once (got {acks!r}); "
+                                  "remove it or set deliveryGuarantee 'at_least_once'.")
+        timeout = _transaction_timeout(producer)
+        topic = opts.get("topic")
+        topic = topic.strip() if topic and topic.strip() else None
+        columns = check_columns(schema, topic)
+        return cls(producer, topic, guarantee, prefix, (opts.get("commitLogTopic") or DEFAULT_TOPIC).strip(),
+                   timeout, columns, tuple(schema.fieldNames()))
+
+
+def _transaction_timeout(producer: dict) -> int:
+    for key in list(producer):
+        if key.lower() == "transaction.timeout.ms":
+            value = producer.pop(key)
+            try:
+                ms = int(str(value).strip())
+            except ValueError:
+                ms = 0
+            if ms <= 0:
+                raise ConfigError(f"Kafka option 'kafka.transaction.timeout.ms' must be a positive number of "
+                                  f"milliseconds, got {value!r}.")
+            return ms
+    return DEFAULT_TRANSACTION_TIMEOUT_MS
+
+
+def _is(dtype: DataType, *kinds: type) -> bool:
+    return isinstance(dtype, kinds)
+
+
+def _headers_ok(dtype: DataType) -> bool:
+    if not isinstance(dtype, ArrayType) or not isinstance(dtype.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType for f in dtype.elementType.fields}
+    return (set(fields) == {"key", "value"} and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], BinaryType))
+
+
+def check_columns(schema: StructType, topic_option: Optional[str]) -> Columns:
+    """Positions of value/key/topic/partition/headers; ConfigError naming a wrong one."""
+    index = {f.name.lower(): i for i, f in enumerate(schema.fields)}
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in index:
+        raise ConfigError(
+            f"The sink needs a 'value' column (string or binary); the input has {schema.fieldNames()}. "
+            "Add one, e.g. df.selectExpr('CAST(x AS STRING) AS value').")
+    checks = {
+        "value": lambda t: _is(t, StringType, BinaryType),
+        "key": lambda t: _is(t, StringType, BinaryType),
+        "topic": lambda t: _is(t, StringType),
+        "partition": lambda t: _is(t, IntegerType),
+        "headers": _headers_ok,
+    }
+    for name, ok in checks.items():
+        if name in types and not ok(types[name]):
+            raise ConfigError(
+                f"Column '{name}' must be {_COLUMN_TYPES[name]}, got {types[name].simpleString()}. "
+                f"Cast it, e.g. selectExpr('CAST({name} AS {_cast_hint(name)}) AS {name}').")
+    if topic_option is None and "topic" not in index:
+        raise ConfigError("No topic to write to: set the option 'topic' or add a string column 'topic'.")
+    return Columns(index["value"], index.get("key", -1), index.get("topic", -1), index.get("partition", -1),
+                   index.get("headers", -1))
+
+
+def _cast_hint(name: str) -> str:
+    return {"partition": "INT", "topic": "STRING", "headers": "ARRAY<STRUCT<key: STRING, value: BINARY>>"}.get(
+        name, "STRING")

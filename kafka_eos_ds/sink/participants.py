@@ -1,0 +1,52 @@
+"""The Kafka sink's :class:`~kafka_eos_ds.twophase.Participants`: transactions by id.
+
+commit = EndTxn(commit) with the task's producer id and epoch, sorted into an outcome
+by :mod:`kafka_eos_ds.kafka.commit_outcome` (asking the coordinator when the answer
+alone cannot tell "already committed" from "lost"); fence = InitProducerId on the id;
+open ids = ListTransactions filtered by the sink's prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kafka_eos_ds.kafka import transactional_ids
+from kafka_eos_ds.kafka.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+from kafka_eos_ds.twophase.protocol import Outcome, Participant
+
+
+class KafkaTransactions:
+    """Commits, fences and lists the transactions of one sink (one ``transactionalIdPrefix``)."""
+
+    def __init__(self, coordinator: TransactionCoordinator, prefix: str, transaction_timeout_ms: int) -> None:
+        self.coordinator = coordinator
+        self.prefix = prefix
+        self.transaction_timeout_ms = transaction_timeout_ms
+
+    def commit(self, participant: Participant) -> Outcome:
+        pid = int(participant.handle["producer_id"])
+        epoch = int(participant.handle["epoch"])
+        outcome = classify_end_txn(self.coordinator.end_txn(participant.id, pid, epoch, commit=True))
+        if outcome is None:
+            outcome = classify_described(self.coordinator.describe(participant.id), pid, epoch)
+        return outcome
+
+    def fence(self, participant_id: str) -> None:
+        self.coordinator.fence(participant_id, self.transaction_timeout_ms)
+
+    def superseded(self, participant: Participant) -> Sequence[str]:
+        # Also for a participant without a transaction of its own (no rows): the
+        # earlier attempts of its task may still hold theirs open.
+        return transactional_ids.lower_attempts(self.prefix, participant.partition, participant.attempt)
+
+    def open_ids(self) -> Sequence[str]:
+        listed = self.coordinator.list_transactions(transactional_ids.pattern(self.prefix))
+        return [tid for tid, _pid, _state in listed if transactional_ids.parse(self.prefix, tid) is not None]
+
+    def lost_message(self, participants: Sequence[Participant]) -> str:
+        return ("The usual cause is the transaction timeout: the broker aborts a transaction open longer than "
+                f"the producer's transaction.timeout.ms (now {self.transaction_timeout_ms} ms). Raise the sink "
+                "option 'kafka.transaction.timeout.ms' (at most the broker's 'transaction.max.timeout.ms') so "
+                "it covers a batch's write plus the driver's commit, and restart the query from an earlier "
+                "checkpoint or re-process the affected input.")

@@ -1,0 +1,267 @@
+"""The executor side of the sink: rows -> one Kafka transaction -> a commit message.
+
+A task of batch N (``exactly_once``) opens a transactional producer on
+``{prefix}-{partition}-{attempt}``, calls ``init_transactions()`` (a new epoch for every
+transaction, fencing any zombie of that id), writes its rows, flushes, checks every
+delivery report, and leaves the transaction open ("pre-committed"). Its producer id
+and epoch come from librdkafka's statistics (there is no getter) and travel to the
+driver in the commit message. A task with no rows opens nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Iterable, Iterator, Optional
+
+from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
+from kafka_eos_ds.kafka import transactional_ids
+from kafka_eos_ds.kafka.config import redact
+from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.twophase.protocol import DoneMark
+
+# Small, so the producer id arrives soon after init_transactions(); its cost is one
+# JSON document every 50 ms per producer (measured: docs/benchmarks.md).
+_STATS_INTERVAL_MS = 50
+
+
+def task_identity(default_query: Optional[str], default_batch: Optional[int]) -> tuple:
+    """(query id, batch id, partition, attempt) of the running Spark task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return default_query, default_batch, 0, 0
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    query = ctx.getLocalProperty("sql.streaming.queryId")
+    return (query or default_query, int(batch) if batch not in (None, "") else default_batch,
+            ctx.partitionId(), ctx.attemptNumber())
+
+
+class _Delivery:
+    """Counts failed delivery reports (only errors are reported: delivery.report.only.error)."""
+
+    def __init__(self) -> None:
+        self.errors: list = []
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append((err, msg.topic() if msg is not None else None))
+
+
+class _Stats:
+    """Catches the producer id and epoch from librdkafka's statistics callback."""
+
+    def __init__(self) -> None:
+        self.pid_epoch: Optional[tuple[int, int]] = None
+        self.ready = threading.Event()
+
+    def __call__(self, stats_json: str) -> None:
+        eos = json.loads(stats_json).get("eos") or {}
+        if eos.get("idemp_state") == "Assigned" and eos.get("producer_id", -1) >= 0:
+            self.pid_epoch = (int(eos["producer_id"]), int(eos["producer_epoch"]))
+            self.ready.set()
+
+
+def write_partition(config: SinkConfig, mark: DoneMark, items: Iterable[Any],
+                    default_query: Optional[str] = None, default_batch: Optional[int] = None) -> KafkaCommitMessage:
+    query, batch, partition, attempt = task_identity(default_query, default_batch)
+    if config.exactly_once and mark.covers(query, batch):
+        # This batch was decided before a restart: its output is already in Kafka.
+        for _ in items:
+            pass
+        return KafkaCommitMessage(query, batch, partition, attempt, 0, skipped=True)
+    writer = _PartitionWriter(config, partition, attempt, batch)
+    try:
+        records = writer.write_all(items)
+        faults.check("task-before-precommit", batch=batch, partition=partition, attempt=attempt)
+        writer.pre_commit()
+    except BaseException:
+        writer.abort()
+        raise
+    faults.check("task-after-precommit", batch=batch, partition=partition, attempt=attempt)
+    return KafkaCommitMessage(query, batch, partition, attempt, records, writer.transactional_id,
+                              *(writer.pid_epoch or (-1, -1)))
+
+
+class _PartitionWriter:
+    """One task's producer; opened at the first row, so empty tasks open no transaction."""
+
+    def __init__(self, config: SinkConfig, partition: int, attempt: int, batch: Optional[int]) -> None:
+        self.config = config
+        self.transactional_id = (transactional_ids.build(config.prefix, partition, attempt)
+                                 if config.exactly_once else None)
+        self.producer: Any = None
+        self.delivery = _Delivery()
+        self.stats = _Stats()
+        self.records = 0
+        self.pid_epoch: Optional[tuple[int, int]] = None
+
+    # -- life cycle ---------------------------------------------------------
+
+    def _open(self) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        conf = {**self.config.producer, "enable.idempotence": True, "delivery.report.only.error": True,
+                "on_delivery": self.delivery}
+        if self.config.exactly_once:
+            conf.update({"transactional.id": self.transactional_id,
+                         "transaction.timeout.ms": self.config.transaction_timeout_ms,
+                         "statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": self.stats})
+        try:
+            self.producer = Producer(conf)
+            if self.config.exactly_once:
+                self.producer.init_transactions(60)
+                self._await_producer_id()
+                self.producer.begin_transaction()
+        except KafkaException as exc:
+            raise _translate(exc, self.config) from exc
+
+    def _await_producer_id(self) -> None:
+        for _ in range(200):
+            self.producer.poll(0.01)
+            if self.stats.ready.is_set():
+                self.pid_epoch = self.stats.pid_epoch
+                return
+        raise KafkaClientError(f"No producer id reported for {self.transactional_id} within 2s of "
+                               "init_transactions()", retriable=True)
+
+    def write_all(self, items: Iterable[Any]) -> int:
+        for item in items:
+            if hasattr(item, "num_columns"):
+                self._write_arrow(item)
+            else:
+                self._write_rows([item])
+        return self.records
+
+    def pre_commit(self) -> None:
+        if self.producer is None:
+            return
+        left = self.producer.flush(max(30.0, self.config.transaction_timeout_ms / 1000 / 2))
+        if left:
+            raise KafkaClientError(f"{left} record(s) were not acknowledged by Kafka before the flush timed out.",
+                                   retriable=True)
+        if self.delivery.errors:
+            err, topic = self.delivery.errors[0]
+            raise _delivery_error(err, topic, len(self.delivery.errors), self.config)
+        if self.config.exactly_once and self.pid_epoch is None:
+            raise KafkaClientError("The producer id of the task's transaction is unknown.")
+        # The producer object is dropped without ending the transaction: destroying a
+        # librdkafka producer leaves it open for the driver to commit.
+        self.producer = None
+
+    def abort(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is None or not self.config.exactly_once:
+            return
+        try:
+            producer.abort_transaction(10)
+        except Exception:  # best effort: the driver's abort() or recovery fences the id anyway
+            pass
+
+    # -- producing ----------------------------------------------------------
+
+    def _produce(self, topic: Any, value: Any, key: Any, partition: Any, headers: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        if topic is None:
+            raise ConfigError("A row has a null 'topic' and the option 'topic' is not set; filter such rows "
+                              "out or set the option.")
+        kwargs = {}
+        if key is not None:
+            kwargs["key"] = key
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in headers]
+        while True:
+            try:
+                self.producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is room.
+                self.producer.poll(0.05)
+            except KafkaException as exc:
+                raise _translate(exc, self.config, topic) from exc
+
+    def _write_arrow(self, batch: Any) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        if self.producer is None:
+            self._open()
+        cols = self.config.columns
+        column = lambda i: batch.column(i).to_pylist() if i >= 0 else None  # noqa: E731
+        values, keys, topics, parts, headers = (column(cols.value), column(cols.key), column(cols.topic),
+                                                column(cols.partition), column(cols.headers))
+        fixed_topic = self.config.topic
+        produce = self.producer.produce
+        if keys is None and parts is None and headers is None and fixed_topic is not None:
+            # The common case as a tight loop: one topic, value (and nothing else).
+            for value in values:
+                try:
+                    produce(fixed_topic, value)
+                except BufferError:
+                    self._produce(fixed_topic, value, None, None, None)
+                except Exception:
+                    self._produce(fixed_topic, value, None, None, None)
+        else:
+            for i in range(n):
+                self._produce(fixed_topic or topics[i], values[i], keys[i] if keys else None,
+                              parts[i] if parts else None, headers[i] if headers else None)
+        self.records += n
+        self.producer.poll(0)
+
+    def _write_rows(self, rows: Iterable[Any]) -> None:
+        cols = self.config.columns
+        for row in rows:
+            if self.producer is None:
+                self._open()
+            get = lambda i: row[i] if i >= 0 else None  # noqa: E731
+            value = get(cols.value)
+            self._produce(self.config.topic or get(cols.topic), bytes(value) if isinstance(value, bytearray) else value,
+                          get(cols.key), get(cols.partition), get(cols.headers))
+            self.records += 1
+
+
+def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None) -> Exception:
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc.args else None
+    code = err.code() if hasattr(err, "code") else None
+    if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+        return ConfigError(f"The broker refused transaction.timeout.ms={config.transaction_timeout_ms}: set the sink "
+                           "option 'kafka.transaction.timeout.ms' at or below the broker's "
+                           "'transaction.max.timeout.ms' (default 900000).")
+    if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        return TransactionFencedError(f"A newer producer took over this task's transactional id: {err}")
+    if code == KafkaError.MSG_SIZE_TOO_LARGE:
+        return _too_large(topic, config)
+    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
+        return ConfigError(f"Topic {topic!r} does not exist; create it first (option 'topic' / column 'topic').")
+    return KafkaClientError(f"Kafka producer error: {err} (servers "
+                            f"{redact(config.producer).get('bootstrap.servers')})",
+                            retriable=bool(getattr(err, "retriable", lambda: False)()))
+
+
+def _too_large(topic: Optional[str], config: SinkConfig) -> Exception:
+    return KafkaClientError(f"A record is larger than Kafka accepts for topic {topic!r}: raise the topic's "
+                            "'max.message.bytes' (broker 'message.max.bytes') and the sink option "
+                            "'kafka.message.max.bytes' together, or write smaller records.")
+
+
+def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConfig) -> Exception:
+    from confluent_kafka import KafkaError
+
+    code = err.code()
+    if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+        return _too_large(topic, config)
+    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+        return ConfigError(f"Topic {topic!r} (or the requested partition) does not exist; create it first "
+                           "(option 'topic' / columns 'topic', 'partition').")
+    if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        return TransactionFencedError(f"A newer producer took over this task's transactional id: {err}")
+    return KafkaClientError(f"{count} record(s) were not delivered to Kafka; first error: {err}",
+                            retriable=err.retriable())

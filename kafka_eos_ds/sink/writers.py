@@ -1,0 +1,164 @@
+"""The Spark side of the sink: stream and batch writers (driver and task entry points).
+
+Spark calls these in several processes (DESIGN §3): a planner builds the writer and
+pickles it to the tasks; each task calls ``write``; for streaming queries a *fresh*
+writer (``streamWriter()`` again, never pickled) runs ``commit``/``abort``; for batch
+jobs the pickled planner's writer runs them. Recovery must happen before any task gets
+the writer, and never in the commit process (it would fence the batch being
+committed), so it runs when the writer is first pickled: on the planner, once per
+batch, before the tasks exist (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any, Iterator, List, Mapping, Optional
+
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from kafka_eos_ds.errors import ConfigError, KafkaClientError
+from kafka_eos_ds.kafka.config import redact
+from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+from kafka_eos_ds.kafka.decision_log import KafkaDecisionLog
+from kafka_eos_ds.options import Options
+from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.sink.participants import KafkaTransactions
+from kafka_eos_ds.sink.task_writer import write_partition
+from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+from kafka_eos_ds.twophase.protocol import DoneMark
+
+try:  # pyspark >= 4.1: the task receives pyarrow.RecordBatch (4x faster than rows)
+    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchBase
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
+except ImportError:  # pyspark 4.0: rows
+    _BatchBase, _StreamBase = DataSourceWriter, DataSourceStreamWriter  # type: ignore[misc]
+
+log = logging.getLogger(__name__)
+
+
+class _SinkDriver:
+    """What both writers share: config, recovery on first pickling, commit and abort."""
+
+    def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
+        self._config = SinkConfig.from_options(options, schema)
+        self._commit_timeout_s = (Options(options).get_int("commitTimeoutMs", 120_000, minimum=1000) or 0) / 1000
+        self._mark: Optional[DoneMark] = None
+        self.recovery_seconds: Optional[float] = None
+
+    def __getstate__(self) -> dict:
+        if self._mark is None:
+            started = time.monotonic()
+            self._mark = self._prepare()
+            self.recovery_seconds = time.monotonic() - started
+        return dict(self.__dict__)
+
+    def _prepare(self) -> DoneMark:
+        """Check the topic, then finish or abort what earlier runs left (exactly_once)."""
+        if self._config.topic is not None:
+            _check_topic(self._config)
+        if not self._config.exactly_once:
+            return DoneMark()
+        with self._committer() as committer:
+            return committer.recover()
+
+    @contextlib.contextmanager
+    def _committer(self) -> Iterator[TwoPhaseCommitter]:
+        cfg = self._config
+        coordinator = TransactionCoordinator(cfg.producer)
+        decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, cfg.prefix or "")
+        try:
+            yield TwoPhaseCommitter(decisions, KafkaTransactions(coordinator, cfg.prefix or "",
+                                                                 cfg.transaction_timeout_ms),
+                                    commit_timeout_s=self._commit_timeout_s)
+        finally:
+            decisions.close()
+            coordinator.close()
+
+    def _write(self, iterator: Iterator[Any], query: Optional[str], batch: Optional[int]) -> KafkaCommitMessage:
+        return write_partition(self._config, self._mark or DoneMark(), iterator, query, batch)
+
+    def _commit(self, messages: List[Optional[WriterCommitMessage]], batch_id: int, query: Optional[str]) -> None:
+        if not self._config.exactly_once:
+            return
+        msgs = [m for m in messages if isinstance(m, KafkaCommitMessage)]
+        query = next((m.query_id for m in msgs if m.query_id), None) or query or ""
+        with self._committer() as committer:
+            committer.commit(query, batch_id, [m.participant() for m in msgs])
+
+    def _abort(self, messages: List[Optional[WriterCommitMessage]], batch_id: int, query: Optional[str]) -> None:
+        if not self._config.exactly_once:
+            return
+        msgs = [m for m in messages if isinstance(m, KafkaCommitMessage)]
+        query = next((m.query_id for m in msgs if m.query_id), None) or query
+        with self._committer() as committer:
+            committer.abort(query, batch_id, [m.participant() for m in msgs])
+
+
+class KafkaStreamWriter(_SinkDriver, _StreamBase):
+    """``df.writeStream.format("kafka_eos")``: exactly-once Kafka sink for streaming queries.
+
+    Each task writes its rows in a Kafka transaction and pre-commits it; the driver makes
+    the commit decision durable in the commit-log topic, then commits every transaction
+    of the batch. Options and columns: docs/sink.md.
+
+    Examples
+    --------
+    >>> (df.selectExpr("key", "value").writeStream.format("kafka_eos")
+    ...    .option("kafka.bootstrap.servers", "localhost:9092").option("topic", "out")
+    ...    .option("transactionalIdPrefix", "orders-etl")
+    ...    .option("checkpointLocation", "/ckpt/orders-etl").start())
+    """
+
+    def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
+        _SinkDriver.__init__(self, schema, options)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self._write(iterator, None, None)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._commit(messages, batchId, None)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._abort(messages, batchId, None)
+
+
+class KafkaBatchWriter(_SinkDriver, _BatchBase):
+    """``df.write.format("kafka_eos")``: all task transactions commit at job commit.
+
+    The job is one batch of the protocol under a fresh write id; options as for streaming.
+    """
+
+    def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
+        _SinkDriver.__init__(self, schema, options)
+        self._write_id = f"write-{uuid.uuid4()}"
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self._write(iterator, self._write_id, 0)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        self._commit(messages, 0, self._write_id)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        self._abort(messages, 0, self._write_id)
+
+
+def _check_topic(config: SinkConfig) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    conf = {k: v for k, v in config.producer.items()
+            if k.lower() in ("bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
+                             "sasl.username", "sasl.password", "client.id") or k.lower().startswith("ssl.")}
+    try:
+        # All topics, not the one topic: a metadata request naming it could auto-create it.
+        topics = AdminClient(conf).list_topics(timeout=15).topics
+    except KafkaException as exc:
+        raise KafkaClientError(f"Cannot reach Kafka at {redact(conf).get('bootstrap.servers')}: {exc}",
+                               retriable=True) from exc
+    if config.topic not in topics:
+        raise ConfigError(f"Topic '{config.topic}' (option 'topic') does not exist; create it first.")

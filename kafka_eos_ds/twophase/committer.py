@@ -1,0 +1,152 @@
+"""The driver's half of the two-phase commit: decide, commit, mark done; abort; recover.
+
+:class:`TwoPhaseCommitter` runs the policy of :mod:`.recovery` against a sink's
+:class:`~.protocol.DecisionLog` and :class:`~.protocol.Participants`. It is the only
+place that orders the steps, so every sink built on it gets the same guarantees:
+
+* the decision is durable before the first participant is committed;
+* ``commit`` is idempotent per (query, batch); ``abort`` never touches a decided batch;
+* recovery commits what was decided and fences everything else the sink left open;
+* a decided participant that turns out aborted fails loudly (TransactionLostError).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Optional, Sequence
+
+from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
+from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.twophase.protocol import DONE, Decision, DecisionLog, DoneMark, Outcome, Participant, Participants
+from kafka_eos_ds.twophase.recovery import RecoveryContext, plan_abort, plan_commit, plan_recovery
+
+log = logging.getLogger(__name__)
+
+
+class TwoPhaseCommitter:
+    """Drives decide -> commit -> done for one sink.
+
+    Parameters
+    ----------
+    decisions : DecisionLog
+        Where decisions are made durable.
+    participants : Participants
+        Commits and fences the sink's participants.
+    commit_timeout_s : float
+        How long to keep retrying a participant whose outcome is not known yet before
+        failing the batch (the decision stays; a restart finishes it).
+    parallelism : int
+        Participants committed concurrently.
+    """
+
+    def __init__(self, decisions: DecisionLog, participants: Participants, *, commit_timeout_s: float = 120.0,
+                 parallelism: int = 8, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.decisions = decisions
+        self.participants = participants
+        self.commit_timeout_s = commit_timeout_s
+        self.parallelism = max(1, parallelism)
+        self._sleep = sleep
+        self._clock = clock
+
+    # -- driver entry points ------------------------------------------------
+
+    def commit(self, query_id: str, batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
+        messages = list(messages)
+        plan = plan_commit(self.decisions.latest(), query_id, batch_id, messages)
+        if plan.noop:
+            log.info("batch %s of query %s already committed", batch_id, query_id)
+            return
+        if plan.earlier is not None:
+            self._finish(plan.earlier)
+        decision = plan.decision
+        assert decision is not None
+        if plan.write_decision:
+            self.decisions.write(decision)
+        faults.check("driver-after-decision", batch=batch_id)
+        self._commit_all(decision, batch_id)
+        faults.check("driver-after-all-commits", batch=batch_id)
+        if plan.write_decision:
+            # Earlier attempts of the winning tasks may still hold open transactions
+            # (a failed attempt, a zombie); they hold back readers until fenced.
+            self._fence(sorted({i for p in messages if p is not None for i in self.participants.superseded(p)}))
+        self.decisions.write(decision.with_state(DONE))
+
+    def abort(self, query_id: Optional[str], batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
+        messages = list(messages)
+        superseded = [i for p in messages if p is not None for i in self.participants.superseded(p)]
+        ids = plan_abort(self.decisions.latest(), query_id, batch_id, messages, superseded)
+        if not ids:
+            log.warning("batch %s of query %s was decided; its transactions are left for recovery to finish",
+                        batch_id, query_id)
+        self._fence(ids)
+
+    def recover(self) -> DoneMark:
+        """Finish an unfinished decision, fence every other open id; return the done mark."""
+        latest = self.decisions.latest()
+        open_ids = self.participants.open_ids()
+        plan = plan_recovery(RecoveryContext(latest, open_ids))
+        if plan.finish is not None:
+            log.warning("finishing the commit of batch %s of query %s after a restart",
+                        plan.finish.batch_id, plan.finish.query_id)
+            self._finish(plan.finish)
+        if plan.fence:
+            log.warning("aborting %d leftover transaction(s): %s", len(plan.fence), ", ".join(plan.fence))
+        self._fence(plan.fence)
+        return plan.mark
+
+    # -- steps --------------------------------------------------------------
+
+    def _finish(self, decision: Decision) -> None:
+        self._commit_all(decision, decision.batch_id)
+        self.decisions.write(decision.with_state(DONE))
+
+    def _commit_all(self, decision: Decision, batch_id: int) -> None:
+        parts = list(decision.participants)
+        if not parts:
+            return
+        first, rest = parts[0], parts[1:]
+        # The first one alone, so a crash test can stop between "some" and "all".
+        outcomes = [(first, self._commit_one(first))]
+        faults.check("driver-after-first-commit", batch=batch_id)
+        faults.check("commit-raise", batch=batch_id)
+        if rest:
+            with ThreadPoolExecutor(min(self.parallelism, len(rest))) as pool:
+                outcomes += list(zip(rest, pool.map(self._commit_one, rest)))
+        lost = [p for p, outcome in outcomes if outcome is Outcome.LOST]
+        if lost:
+            raise TransactionLostError(
+                f"Batch {decision.batch_id} of query {decision.query_id} was decided but "
+                f"{len(lost)} of its {len(parts)} transaction(s) were aborted instead of committed "
+                f"({', '.join(p.id for p in lost)}); their records are not in the output. "
+                + self.participants.lost_message(lost)
+            )
+
+    def _commit_one(self, participant: Participant) -> Outcome:
+        deadline = self._clock() + self.commit_timeout_s
+        delay = 0.05
+        last: Optional[BaseException] = None
+        while True:
+            try:
+                outcome = self.participants.commit(participant)
+                if outcome is not Outcome.RETRY:
+                    return outcome
+            except KafkaClientError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+            if self._clock() >= deadline:
+                raise TransactionError(
+                    f"Could not learn the outcome of committing {participant.id} within "
+                    f"{self.commit_timeout_s:.0f}s (last error: {last}). The commit decision is stored; "
+                    "restarting the query finishes the commit.", retriable=True) from last
+            self._sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _fence(self, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        with ThreadPoolExecutor(min(self.parallelism, len(ids))) as pool:
+            list(pool.map(self.participants.fence, ids))

@@ -1,0 +1,150 @@
+"""The two-phase-commit protocol's vocabulary: participants, decisions, and the two
+ports a concrete sink implements.
+
+Nothing here knows Kafka. A sink plugs in with two objects:
+
+* a :class:`DecisionLog` — where the driver makes a commit decision durable *before*
+  the first participant is committed, and where a restarted query reads it back;
+* a :class:`Participants` port — commits one pre-committed participant on the driver,
+  fences (aborts) a participant by id, and lists the ids of this sink still open.
+
+The task side of a sink follows the same life cycle — ``begin`` (open a transaction or
+a staging area), write, ``pre_commit`` (make everything durable but invisible; return a
+:class:`Participant`), or ``abort`` on failure — see :class:`TaskTransaction`.
+
+Life cycle of a batch::
+
+    tasks:  begin -> write ... -> pre_commit -> Participant (in the commit message)
+    driver: DecisionLog.write(decided) -> Participants.commit(each) -> DecisionLog.write(done)
+    fail:   abort -> Participants.fence(each not decided)
+    restart: recover -> commit what was decided, fence every other open id
+
+A file sink would be: Participant.handle = {"pending": path}; commit = atomic rename to
+the final name (already-renamed counts as committed); fence = delete the pending file;
+open_ids = pending files of the sink's prefix.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Optional, Protocol, Sequence
+
+DECIDED = "decided"
+DONE = "done"
+
+
+@dataclass(frozen=True)
+class Participant:
+    """One pre-committed unit of work, as a task reports it to the driver.
+
+    Attributes
+    ----------
+    id : str
+        The participant's name in its sink (a transactional id, a pending file).
+    partition, attempt : int
+        The Spark task that produced it.
+    records : int
+        How many records it holds (0: nothing to commit, no transaction opened).
+    handle : Mapping
+        What the sink needs to commit it from another process (JSON-serialisable),
+        e.g. ``{"producer_id": 4001, "epoch": 3}``.
+    """
+
+    id: str
+    partition: int
+    attempt: int
+    records: int
+    handle: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "handle": dict(self.handle)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Participant":
+        return cls(str(data["id"]), int(data["partition"]), int(data["attempt"]), int(data["records"]),
+                   dict(data.get("handle") or {}))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The durable record of one batch's outcome: ``decided`` (commit them all) or ``done``."""
+
+    query_id: str
+    batch_id: int
+    state: str
+    participants: tuple[Participant, ...] = ()
+
+    def same_batch(self, query_id: str, batch_id: int) -> bool:
+        return self.query_id == query_id and self.batch_id == int(batch_id)
+
+    def with_state(self, state: str) -> "Decision":
+        return Decision(self.query_id, self.batch_id, state, self.participants)
+
+    def to_json(self) -> dict:
+        return {"queryId": self.query_id, "batchId": self.batch_id, "state": self.state,
+                "transactions": [p.to_json() for p in self.participants]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Decision":
+        return cls(str(data["queryId"]), int(data["batchId"]), str(data["state"]),
+                   tuple(Participant.from_json(p) for p in data.get("transactions") or ()))
+
+
+@dataclass(frozen=True)
+class DoneMark:
+    """"Batches up to ``batch_id`` of query ``query_id`` are decided": a re-run writes nothing.
+
+    Handed to the tasks (it is part of the pickled writer). A task of that query whose
+    batch id is <= ``batch_id`` drains its input and reports no participant.
+    """
+
+    query_id: Optional[str] = None
+    batch_id: int = -1
+
+    def covers(self, query_id: Optional[str], batch_id: Optional[int]) -> bool:
+        return (self.query_id is not None and query_id == self.query_id
+                and batch_id is not None and int(batch_id) <= self.batch_id)
+
+
+class Outcome(enum.Enum):
+    """What committing one participant turned out to be."""
+
+    COMMITTED = "committed"  # committed now, or had been committed before
+    LOST = "lost"            # known to be aborted (e.g. timed out): never becomes visible
+    RETRY = "retry"          # not known yet (coordinator moving, broker down): try again
+
+
+class DecisionLog(Protocol):
+    def latest(self) -> Optional[Decision]:
+        """The most recent decision of this sink, or None if there never was one."""
+
+    def write(self, decision: Decision) -> None:
+        """Store ``decision`` durably; returns only once a restarted query would read it."""
+
+
+class Participants(Protocol):
+    def commit(self, participant: Participant) -> Outcome:
+        """Commit one pre-committed participant (idempotent: committed twice is COMMITTED)."""
+
+    def fence(self, participant_id: str) -> None:
+        """Abort whatever is open under ``participant_id`` and shut out its writer."""
+
+    def superseded(self, participant: Participant) -> Sequence[str]:
+        """Ids of earlier attempts that ``participant``'s task replaced (fenced at commit)."""
+
+    def open_ids(self) -> Sequence[str]:
+        """Ids of this sink that hold open (uncommitted, unaborted) work right now."""
+
+    def lost_message(self, participants: Sequence[Participant]) -> str:
+        """Why decided participants can be lost and which settings to check (for the error)."""
+
+
+class TaskTransaction(Protocol):
+    """The executor side of a sink (documentation of the contract; not used by the driver)."""
+
+    def begin(self) -> None: ...
+
+    def pre_commit(self) -> Participant: ...
+
+    def abort(self) -> None: ...

@@ -1,0 +1,86 @@
+"""The recovery and commit policy: pure decisions, no I/O.
+
+Every function takes what the driver knows (the latest decision, the ids still open,
+the batch at hand) and returns what to do. The I/O lives in :mod:`.committer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
+
+
+@dataclass(frozen=True)
+class RecoveryContext:
+    """What recovery knows: the sink's latest decision and the ids it still has open."""
+
+    latest: Optional[Decision]
+    open_ids: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """``finish``: decided participants to commit; ``fence``: leftover ids to abort;
+    ``mark``: what the tasks of the next batch may skip."""
+
+    finish: Optional[Decision]
+    fence: tuple[str, ...]
+    mark: DoneMark
+
+
+def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
+    """Finish an unfinished decision; abort every other open id of the sink.
+
+    An id that is part of the unfinished decision is never fenced: fencing it would
+    abort a transaction the driver promised to commit.
+    """
+    latest = ctx.latest
+    finish = latest if latest is not None and latest.state == DECIDED else None
+    keep = {p.id for p in finish.participants} if finish else set()
+    fence = tuple(sorted({i for i in ctx.open_ids if i not in keep}))
+    mark = DoneMark(latest.query_id, latest.batch_id) if latest is not None else DoneMark()
+    return RecoveryPlan(finish, fence, mark)
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """What ``commit(messages, batch)`` does: ``noop``, or commit ``decision``'s participants
+    (after first finishing ``earlier``, an unfinished decision of another batch)."""
+
+    noop: bool
+    decision: Optional[Decision] = None
+    earlier: Optional[Decision] = None
+    write_decision: bool = True
+
+
+def to_commit(participants: Iterable[Optional[Participant]]) -> tuple[Participant, ...]:
+    """The participants with work to commit (empty tasks and failed slots dropped), in order."""
+    return tuple(sorted((p for p in participants if p is not None and p.records > 0),
+                        key=lambda p: (p.partition, p.attempt)))
+
+
+def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
+                participants: Iterable[Optional[Participant]]) -> CommitPlan:
+    """Idempotent per batch: a batch already done is a no-op; a batch already decided is
+    finished with the participants *recorded* in its decision, never with new ones."""
+    if latest is not None and latest.same_batch(query_id, batch_id):
+        if latest.state == DONE:
+            return CommitPlan(noop=True)
+        return CommitPlan(noop=False, decision=latest, write_decision=False)
+    earlier = latest if latest is not None and latest.state == DECIDED else None
+    decision = Decision(query_id, int(batch_id), DECIDED, to_commit(participants))
+    return CommitPlan(noop=False, decision=decision, earlier=earlier)
+
+
+def plan_abort(latest: Optional[Decision], query_id: Optional[str], batch_id: int,
+               participants: Iterable[Optional[Participant]], superseded: Iterable[str] = ()) -> tuple[str, ...]:
+    """Ids to fence when Spark aborts a batch: none if the batch was decided (recovery
+    finishes it), otherwise every participant of the messages and the attempts they
+    superseded."""
+    if latest is not None and query_id is not None and latest.same_batch(query_id, batch_id):
+        return ()
+    ids = {p.id for p in participants if p is not None and p.records > 0}
+    ids.update(superseded)
+    return tuple(sorted(ids))
