@@ -55,6 +55,7 @@ class TwoPhaseCommitter:
 
     def commit(self, query_id: str, batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
         messages = list(messages)
+        faults.check("driver-before-decision", batch=batch_id)
         plan = plan_commit(self.decisions.latest(), query_id, batch_id, messages)
         if plan.noop:
             log.info("batch %s of query %s already committed", batch_id, query_id)
@@ -73,6 +74,7 @@ class TwoPhaseCommitter:
             # (a failed attempt, a zombie); they hold back readers until fenced.
             self._fence(sorted({i for p in messages if p is not None for i in self.participants.superseded(p)}))
         self.decisions.write(decision.with_state(DONE))
+        faults.check("driver-after-done", batch=batch_id)
 
     def abort(self, query_id: Optional[str], batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
         messages = list(messages)

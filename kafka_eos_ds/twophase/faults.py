@@ -1,11 +1,10 @@
 """Test-only fault injection at named points of the protocol; free when unset.
 
 ``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][:action]"``, several separated
-by ``,``. Points: ``task-before-precommit``, ``task-after-precommit``,
-``driver-after-decision``, ``driver-after-first-commit``, ``driver-after-all-commits``,
+by ``,``. Points: ``task-before-precommit``, ``task-after-precommit``, ``driver-before-decision``,
+``driver-after-decision``, ``driver-after-first-commit``, ``driver-after-all-commits``, ``driver-after-done``,
 ``commit-raise``. Actions: ``kill`` (default: SIGKILL this process; at ``driver-*``
-points the whole process group, i.e. the JVM driver and its Python processes, so start
-the driver in its own session), ``exit`` (``os._exit(1)``), ``raise``.
+points also the JVM driver's process group, so start the driver in its own session), ``exit`` (``os._exit(1)``), ``raise``.
 ``commit-raise`` raises by default.
 """
 
@@ -48,7 +47,27 @@ def _act(point: str, action: str) -> None:
     if action == "exit":
         os._exit(1)
     if point.startswith("driver-"):
-        # The driver's Python workers are children of the JVM; killing only this worker
-        # would look like a failed call, not a driver crash.
+        # The driver's Python workers are children of the JVM (and PySpark's worker
+        # daemon makes its own process group); killing only this worker would look like
+        # a failed call, not a driver crash. Kill the JVM's process group.
+        jvm = _ancestor_jvm()
+        if jvm is not None:
+            os.killpg(os.getpgid(jvm), signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _ancestor_jvm() -> Optional[int]:
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                exe = f.read().split(b"\0", 1)[0]
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return None
+        if exe.endswith(b"java"):
+            return pid
+        pid = parent
+    return None

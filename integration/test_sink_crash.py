@@ -1,0 +1,148 @@
+"""Crash injection against the exactly-once sink (DESIGN §2, points 1-5, 8, 9).
+
+Each scenario runs the pipeline (kafka_eos source -> upper(value) -> kafka_eos sink)
+as a driver subprocess, injects a fault at one exact point of batch 1, restarts it from
+the same checkpoint without the fault, lets it drain the input, and audits OUT with a
+read_committed consumer: no duplicate, no loss, per-key order kept. Where the point
+leaves a state worth checking (open transactions, partial output), it is checked
+between the runs too.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from integration.helpers import consume_all
+from integration.sink_runs import run_pipeline, seed
+from kafka_eos_ds.audit import audit
+from kafka_eos_ds.sink import list_transactions
+
+RECORDS = 600        # 2 input partitions, 150 offsets per batch -> batches 0..3
+BATCH = 150
+
+
+@pytest.fixture
+def pipeline(kafka, new_topic, tmp_path):
+    """Topics IN (seeded) and OUT, a checkpoint, a prefix, and helpers bound to them."""
+    input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
+    seed(kafka.bootstrap, input_topic, RECORDS)
+
+    class P:
+        bootstrap = kafka.bootstrap
+        conf = {"bootstrap.servers": kafka.bootstrap}
+        prefix = f"crash-{output_topic}"
+        checkpoint = str(tmp_path / "checkpoint")
+
+        @staticmethod
+        def run(fault=None, **kw):
+            return run_pipeline(kafka.bootstrap, input_topic, output_topic, P.checkpoint, P.prefix, fault=fault,
+                                max_offsets=BATCH, log_dir=tmp_path / "logs", **kw)
+
+        @staticmethod
+        def visible():
+            return consume_all(kafka.bootstrap, output_topic)
+
+        @staticmethod
+        def open_ids():
+            return [t.transactional_id for t in list_transactions(P.conf, P.prefix) if t.open]
+
+        @staticmethod
+        def audit():
+            return audit(P.conf, input_topic, output_topic)
+
+    P.input, P.output = input_topic, output_topic
+    return P
+
+
+def _crashed(run):
+    assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
+
+
+def _finishes_exactly_once(p):
+    run = p.run()
+    assert run.returncode == 0, run.log[-3000:]
+    report = p.audit()
+    assert report.ok, report.table()
+    assert report.records_in == RECORDS and report.unique_out == RECORDS
+    assert p.open_ids() == []  # nothing left to hold back read_committed readers
+
+
+def test_1_task_dies_before_precommit_is_retried_and_its_transaction_aborted(pipeline):
+    run = pipeline.run("task-before-precommit@1#0!0")
+    assert run.returncode == 0, run.log[-3000:]
+    ids = {t.transactional_id: t for t in list_transactions(pipeline.conf, pipeline.prefix)}
+    # Attempt 0 of partition 0 died in batch 1; attempt 1 wrote under its own id ...
+    assert f"{pipeline.prefix}-0-1" in ids
+    # ... and the driver fenced attempt 0's id at commit, aborting its open transaction.
+    assert not ids[f"{pipeline.prefix}-0-0"].open
+    report = pipeline.audit()
+    assert report.ok and report.unique_out == RECORDS, report.table()
+
+
+def test_2_driver_dies_before_the_decision_aborts_the_batch(pipeline):
+    _crashed(pipeline.run("driver-before-decision@1"))
+    assert len(pipeline.visible()) == BATCH          # batch 0 only
+    assert len(pipeline.open_ids()) == 2             # batch 1's pre-committed transactions
+    _finishes_exactly_once(pipeline)
+
+
+def test_3_driver_dies_after_committing_some_transactions(pipeline):
+    _crashed(pipeline.run("driver-after-first-commit@1"))
+    visible = len(pipeline.visible())
+    assert BATCH < visible < 2 * BATCH               # batch 0 and part of batch 1
+    assert len(pipeline.open_ids()) == 1             # the decided one not yet committed
+    _finishes_exactly_once(pipeline)
+
+
+@pytest.mark.parametrize("point", ["driver-after-all-commits@1", "driver-after-done@1"])
+def test_4_driver_dies_after_all_kafka_commits(pipeline, point):
+    _crashed(pipeline.run(point))
+    assert len(pipeline.visible()) == 2 * BATCH      # batches 0 and 1 committed in Kafka
+    _finishes_exactly_once(pipeline)                 # the re-run of batch 1 writes nothing
+
+
+def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(pipeline):
+    run = pipeline.run("commit-raise@1")
+    assert run.returncode != 0 and "injected fault at commit-raise" in run.log, run.log[-3000:]
+    visible = len(pipeline.visible())
+    assert BATCH < visible < 2 * BATCH
+    # abort() ran with the same messages and did not abort the decided, uncommitted one.
+    assert len(pipeline.open_ids()) == 1
+    _finishes_exactly_once(pipeline)
+
+
+def test_8_decided_transaction_lost_to_the_timeout_fails_the_query_loudly(pipeline):
+    options = ["kafka.transaction.timeout.ms=6000"]
+    _crashed(pipeline.run("driver-after-decision@1", sink_options=options))
+    deadline = time.monotonic() + 60
+    while pipeline.open_ids() and time.monotonic() < deadline:
+        time.sleep(1)  # the broker aborts transactions older than their timeout
+    assert pipeline.open_ids() == []
+    run = pipeline.run(sink_options=options)
+    assert run.returncode != 0
+    assert "TransactionLostError" in run.log and "kafka.transaction.timeout.ms" in run.log
+    assert "transaction.max.timeout.ms" in run.log
+    # The query stopped there: only batch 0 is in the output, nothing after the lost batch.
+    assert len(pipeline.visible()) == BATCH
+
+
+def test_9_zombie_writers_are_fenced_and_never_visible(pipeline):
+    # Two zombies: an old attempt of task 0, and task 5 of a run that had more tasks.
+    zombies = []
+    for tid in (f"{pipeline.prefix}-0-0", f"{pipeline.prefix}-5-0"):
+        producer = Producer({"bootstrap.servers": pipeline.bootstrap, "transactional.id": tid})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(pipeline.output, b"zombie|" + tid.encode())
+        producer.flush(30)
+        zombies.append(producer)
+    assert len(pipeline.open_ids()) == 2
+    _finishes_exactly_once(pipeline)
+    assert not any(r.value.startswith(b"zombie") for r in pipeline.visible())
+    for producer in zombies:  # a zombie that keeps going is refused
+        with pytest.raises(Exception, match="(?i)fenc|epoch"):
+            producer.produce(pipeline.output, b"zombie|late")
+            producer.commit_transaction(30)
