@@ -1,0 +1,199 @@
+"""The two-phase-commit protocol without a broker: policy and driver ordering."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_eos_ds.errors import TransactionError, TransactionLostError
+from kafka_eos_ds.twophase import (DECIDED, DONE, Decision, DoneMark, Outcome, Participant, RecoveryContext,
+                                   TwoPhaseCommitter, plan_abort, plan_commit, plan_recovery)
+from kafka_eos_ds.twophase import faults
+
+
+def part(i, attempt=0, records=10):
+    return Participant(f"p-{i}-{attempt}", i, attempt, records, {"producer_id": 100 + i, "epoch": 1})
+
+
+# -- pure policy ------------------------------------------------------------
+
+def test_recovery_of_a_fresh_sink_fences_every_open_id():
+    plan = plan_recovery(RecoveryContext(None, ["p-1-0", "p-0-0"]))
+    assert plan.finish is None and plan.fence == ("p-0-0", "p-1-0") and plan.mark == DoneMark()
+
+
+def test_recovery_finishes_an_unfinished_decision_and_never_fences_its_ids():
+    decided = Decision("q", 7, DECIDED, (part(0), part(1)))
+    plan = plan_recovery(RecoveryContext(decided, ["p-0-0", "p-1-0", "p-2-0", "p-0-1"]))
+    assert plan.finish == decided
+    assert plan.fence == ("p-0-1", "p-2-0")
+    assert plan.mark == DoneMark("q", 7)
+
+
+def test_recovery_after_a_done_batch_only_fences_leftovers():
+    plan = plan_recovery(RecoveryContext(Decision("q", 7, DONE, (part(0),)), ["p-0-0"]))
+    assert plan.finish is None and plan.fence == ("p-0-0",) and plan.mark == DoneMark("q", 7)
+
+
+def test_done_mark_covers_only_earlier_or_equal_batches_of_the_same_query():
+    mark = DoneMark("q", 7)
+    assert mark.covers("q", 7) and mark.covers("q", 3)
+    assert not mark.covers("q", 8) and not mark.covers("other", 1) and not mark.covers(None, 1)
+    assert not DoneMark().covers("q", 0)
+
+
+def test_commit_of_a_done_batch_is_a_noop():
+    assert plan_commit(Decision("q", 3, DONE), "q", 3, [part(0)]).noop
+
+
+def test_commit_of_a_decided_batch_uses_the_recorded_participants_not_new_ones():
+    decided = Decision("q", 3, DECIDED, (part(0),))
+    plan = plan_commit(decided, "q", 3, [part(0, attempt=2), part(1)])
+    assert plan.decision == decided and not plan.write_decision
+
+
+def test_commit_drops_empty_and_failed_slots_and_remembers_an_unfinished_earlier_batch():
+    earlier = Decision("q", 2, DECIDED, (part(5),))
+    plan = plan_commit(earlier, "q", 3, [None, part(1), part(0, records=0)])
+    assert plan.decision.participants == (part(1),) and plan.earlier == earlier and plan.write_decision
+
+
+def test_abort_leaves_a_decided_batch_to_recovery():
+    assert plan_abort(Decision("q", 3, DECIDED), "q", 3, [part(0)]) == ()
+    assert plan_abort(Decision("q", 3, DONE), "q", 3, [part(0)]) == ()
+
+
+def test_abort_of_an_undecided_batch_fences_its_transactions_and_superseded_attempts():
+    ids = plan_abort(Decision("q", 2, DONE), "q", 3, [part(0), None, part(1, records=0)], ["p-0-x"])
+    assert ids == ("p-0-0", "p-0-x")
+
+
+def test_decisions_round_trip_through_json():
+    d = Decision("q", 3, DECIDED, (part(0), part(1, attempt=1)))
+    assert Decision.from_json(d.to_json()) == d
+
+
+# -- the driver's ordering, with fakes ---------------------------------------
+
+class FakeLog:
+    def __init__(self, latest=None):
+        self.records = [latest] if latest else []
+        self.events = None
+
+    def latest(self):
+        return self.records[-1] if self.records else None
+
+    def write(self, decision):
+        self.records.append(decision)
+        self.events.append(("write", decision.batch_id, decision.state))
+
+
+class FakeParticipants:
+    def __init__(self, events, outcomes=None, open_ids=()):
+        self.events, self.outcomes, self._open = events, dict(outcomes or {}), list(open_ids)
+
+    def commit(self, p):
+        self.events.append(("commit", p.id))
+        todo = self.outcomes.get(p.id, [Outcome.COMMITTED])
+        return todo.pop(0) if len(todo) > 1 else todo[0]
+
+    def fence(self, pid):
+        self.events.append(("fence", pid))
+
+    def superseded(self, p):
+        return [f"p-{p.partition}-{a}" for a in range(p.attempt)]
+
+    def open_ids(self):
+        return self._open
+
+    def lost_message(self, parts):
+        return "check kafka.transaction.timeout.ms"
+
+
+def committer(latest=None, outcomes=None, open_ids=(), timeout=5.0):
+    events = []
+    log = FakeLog(latest)
+    log.events = events
+    clock = [0.0]
+    tpc = TwoPhaseCommitter(log, FakeParticipants(events, outcomes, open_ids), commit_timeout_s=timeout,
+                            parallelism=1, sleep=lambda s: clock.__setitem__(0, clock[0] + s), clock=lambda: clock[0])
+    return tpc, log, events
+
+
+def test_commit_writes_the_decision_before_the_first_transaction_and_done_after_the_last():
+    tpc, log, events = committer()
+    tpc.commit("q", 1, [part(0), part(1, attempt=2)])
+    assert events == [("write", 1, DECIDED), ("commit", "p-0-0"), ("commit", "p-1-2"),
+                      ("fence", "p-1-0"), ("fence", "p-1-1"), ("write", 1, DONE)]
+
+
+def test_commit_is_idempotent_per_batch():
+    tpc, log, events = committer()
+    tpc.commit("q", 1, [part(0)])
+    events.clear()
+    tpc.commit("q", 1, [part(0)])
+    assert events == []
+
+
+def test_a_lost_decided_transaction_fails_loudly_and_leaves_the_decision():
+    tpc, log, events = committer(outcomes={"p-1-0": [Outcome.LOST]})
+    with pytest.raises(TransactionLostError, match="kafka.transaction.timeout.ms"):
+        tpc.commit("q", 1, [part(0), part(1)])
+    assert log.latest().state == DECIDED
+
+
+def test_unknown_outcomes_are_retried_then_fail_retriably_keeping_the_decision():
+    tpc, log, _ = committer(outcomes={"p-0-0": [Outcome.RETRY, Outcome.RETRY, Outcome.COMMITTED]})
+    tpc.commit("q", 1, [part(0)])
+    assert log.latest().state == DONE
+    tpc, log, _ = committer(outcomes={"p-0-0": [Outcome.RETRY]}, timeout=1.0)
+    with pytest.raises(TransactionError) as info:
+        tpc.commit("q", 1, [part(0)])
+    assert info.value.retriable and log.latest().state == DECIDED
+
+
+def test_abort_after_a_partial_commit_touches_nothing(monkeypatch):
+    monkeypatch.setenv("KAFKA_EOS_FAULT", "commit-raise@1")
+    tpc, log, events = committer()
+    with pytest.raises(faults.InjectedFault):
+        tpc.commit("q", 1, [part(0), part(1)])
+    monkeypatch.delenv("KAFKA_EOS_FAULT")
+    events.clear()
+    tpc.abort("q", 1, [part(0), part(1)])
+    assert events == []
+
+
+def test_abort_of_an_undecided_batch_fences_its_transactions():
+    tpc, log, events = committer(latest=Decision("q", 0, DONE))
+    tpc.abort("q", 1, [part(0), None])
+    assert events == [("fence", "p-0-0")]
+
+
+def test_recover_finishes_the_decision_then_fences_the_rest():
+    decided = Decision("q", 4, DECIDED, (part(0),))
+    tpc, log, events = committer(latest=decided, open_ids=["p-0-0", "p-1-0"])
+    mark = tpc.recover()
+    assert events == [("commit", "p-0-0"), ("write", 4, DONE), ("fence", "p-1-0")]
+    assert mark == DoneMark("q", 4)
+
+
+def test_an_earlier_unfinished_decision_is_finished_before_a_new_one_is_written():
+    tpc, log, events = committer(latest=Decision("q", 4, DECIDED, (part(9),)))
+    tpc.commit("q", 5, [part(0)])
+    assert events[:3] == [("commit", "p-9-0"), ("write", 4, DONE), ("write", 5, DECIDED)]
+
+
+# -- the fault hook -----------------------------------------------------------
+
+def test_faults_match_point_batch_partition_and_attempt(monkeypatch):
+    monkeypatch.setenv("KAFKA_EOS_FAULT", "task-before-precommit@2#1!0:raise")
+    faults.check("task-before-precommit", batch=1, partition=1, attempt=0)
+    faults.check("task-before-precommit", batch=2, partition=0, attempt=0)
+    faults.check("task-before-precommit", batch=2, partition=1, attempt=1)
+    faults.check("driver-after-decision", batch=2)
+    with pytest.raises(faults.InjectedFault):
+        faults.check("task-before-precommit", batch=2, partition=1, attempt=0)
+
+
+def test_faults_cost_nothing_when_unset(monkeypatch):
+    monkeypatch.delenv("KAFKA_EOS_FAULT", raising=False)
+    faults.check("commit-raise", batch=1)
