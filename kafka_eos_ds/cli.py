@@ -6,6 +6,7 @@
     kafka-eos broker status [--dir DIR]
     kafka-eos demo [--bootstrap B] [--records N] [--crashes K] [--brokers N] ...
     kafka-eos audit --bootstrap B --input IN --output OUT [--json]
+    kafka-eos transactions list|abort --bootstrap B --prefix P [--json]
 
 Each command group is one function that adds its sub-parser; errors of the package's
 exception tree are printed as one line (no traceback) with exit status 2.
@@ -194,11 +195,42 @@ def _audit(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _transactions_commands(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("transactions", help="list or abort the open transactions of a kafka_eos sink")
+    actions = cmd.add_subparsers(dest="action", required=True)
+    for name, doc in (("list", "every transactional id of the sink, with its state"),
+                      ("abort", "abort (fence) the sink's open transactions; stop the query first")):
+        action = actions.add_parser(name, help=doc)
+        action.add_argument("--bootstrap", required=True)
+        action.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
+        action.add_argument("--json", action="store_true")
+        action.set_defaults(run=_transactions)
+
+
+def _transactions(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from kafka_eos_ds.sink import abort_transactions, list_transactions
+
+    conf = {"bootstrap.servers": args.bootstrap}
+    found = (list_transactions if args.action == "list" else abort_transactions)(conf, args.prefix)
+    if args.json:
+        print(json.dumps([asdict(t) for t in found], indent=2))
+    else:
+        verb = "aborted" if args.action == "abort" else "found"
+        for t in found:
+            print(f"{t.transactional_id:<40} {t.state:<16} producer {t.producer_id} epoch {t.producer_epoch}")
+        print(f"{len(found)} transaction(s) {verb} for prefix {args.prefix!r}", file=sys.stderr)
+    return 0
+
+
 # Every command group of the CLI; other modules add theirs here.
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     _broker_commands,
     _demo_commands,
     _audit_commands,
+    _transactions_commands,
 ]
 
 
