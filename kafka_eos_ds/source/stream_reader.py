@@ -120,6 +120,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Optional[Offsets] = None
         self._current: Optional[Offsets] = None
         self._last_batch_at = time.monotonic()
+        self._group_committed: Optional[Offsets] = None
 
     def __getstate__(self) -> dict:
         # Executors need only the options; driver clients cannot be pickled.
@@ -153,6 +154,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is not None:
             begin = offsets_json.from_json(start)
             self._current = begin
+            # Spark asks for the next batch's end only after the batch ending at
+            # ``start`` has completed, and calls commit() for it only once a further
+            # batch starts; committing here keeps the group's lag current when idle.
+            self._commit_to_group(begin)
         elif self._current is not None:
             begin = self._current
         else:  # pyspark without admission control: the first call follows initialOffset
@@ -210,8 +215,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- after a batch -----------------------------------------------------------------
     def commit(self, end: dict) -> None:
-        if self.options.commit_offsets_to_group:
-            self._committer.commit(self.metadata.consumer(), offsets_json.from_json(end))
+        self._commit_to_group(offsets_json.from_json(end))
+
+    def _commit_to_group(self, offsets: Offsets) -> None:
+        if not self.options.commit_offsets_to_group or offsets == self._group_committed:
+            return
+        if self._committer.commit(self.metadata.consumer(), offsets):
+            self._group_committed = dict(offsets)
 
     def stop(self) -> None:
         if self._metadata is not None:

@@ -1,0 +1,255 @@
+"""The kafka_eos source against real Kafka and real Spark, side by side with the built-in.
+
+Topics are small (a few hundred records) so the module runs in about two minutes on two
+cores; the SparkSession is the shared ``spark`` fixture, and Spark's built-in connector
+runs once, in a child process, for every comparison (see ``integration/builtin_rows.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from integration.builtin_rows import normalized
+from integration.helpers import end_offsets, produce
+
+NOW_MS = int(time.time() * 1000)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def plain_records(n: int, partitions: int) -> list[dict]:
+    """Null keys and values, headers with nulls and repeated keys, explicit timestamps."""
+    out = []
+    for i in range(n):
+        rec = {"partition": i % partitions, "timestamp": NOW_MS - 3_600_000 + i}
+        rec["key"] = None if i % 7 == 0 else f"k{i}".encode()
+        rec["value"] = None if i % 11 == 0 else f"{i}|v{i}".encode()
+        if i % 3 == 1:
+            rec["headers"] = [("h", f"a{i}".encode()), ("h", None), ("other", b"")]
+        out.append(rec)
+    return out
+
+
+def produce_transactions(bootstrap: str, topic: str, partitions: int) -> int:
+    """Committed and aborted transactions; ends with an aborted one. Returns committed records."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"src-test-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    committed = 0
+    for round_, commit in enumerate([True, False, True, False, True, False]):
+        producer.begin_transaction()
+        for i in range(25):
+            producer.produce(topic, value=f"{round_}-{i}|{'c' if commit else 'a'}".encode(),
+                             key=f"{i}".encode(), partition=i % partitions)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+            committed += 25
+        else:
+            producer.abort_transaction(30)
+    return committed
+
+
+def kafka_eos_reader(spark, bootstrap: str, topic: str, stream: bool = False, **opts):
+    reader = spark.readStream if stream else spark.read
+    return reader.format("kafka_eos").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic) \
+        .options(**{k: str(v) for k, v in opts.items()})
+
+
+def run_available_now(df, checkpoint: str, timeout: float = 120) -> list[list[tuple]]:
+    """Run to completion with Trigger.AvailableNow; the normalized rows of each batch."""
+    batches: list[list[tuple]] = []
+    headers = "headers" in df.columns
+
+    def collect(batch_df, batch_id):
+        batches.append(normalized(batch_df, headers))
+
+    query = df.writeStream.foreachBatch(collect).trigger(availableNow=True) \
+        .option("checkpointLocation", checkpoint).start()
+    try:
+        assert query.awaitTermination(timeout), "query did not finish"
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise query.exception()
+    return batches
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=15)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def topics(kafka, tmp_path_factory):
+    """Two topics read by both connectors, and the built-in's rows for them (child process)."""
+    from integration.helpers import create_topic, unique_name
+
+    conf = {"retention.ms": "-1"}  # explicit timestamps are an hour old; keep them
+    plain = create_topic(kafka.bootstrap, unique_name("src-plain"), 3, kafka.replication(), conf)
+    txn = create_topic(kafka.bootstrap, unique_name("src-txn"), 2, kafka.replication(), conf)
+    produce(kafka.bootstrap, plain, plain_records(300, 3))
+    committed = produce_transactions(kafka.bootstrap, txn, 2)
+    base = {"kafka.bootstrap.servers": kafka.bootstrap, "includeHeaders": "true",
+            "kafka.isolation.level": "read_committed", "startingOffsets": "earliest"}
+    spec = [{"options": {**base, "subscribe": plain}}, {"options": {**base, "subscribe": txn}}]
+    work = tmp_path_factory.mktemp("builtin")
+    (work / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, "-m", "integration.builtin_rows", str(work / "spec.json"),
+                           str(work / "out.json")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads((work / "out.json").read_text())
+    builtin = [[tuple(r) for r in rows] for rows in out["results"]]
+    return {"plain": plain, "txn": txn, "committed": committed, "builtin_plain": builtin[0],
+            "builtin_txn": builtin[1], "connector": out["connector"]}
+
+
+def test_batch_read_equals_builtin_row_for_row(spark, kafka, topics):
+    ours = normalized(kafka_eos_reader(spark, kafka.bootstrap, topics["plain"], includeHeaders="true").load())
+    assert len(ours) == 300
+    assert ours == topics["builtin_plain"]
+    # The fixture's records really contain the awkward cases.
+    assert any(r[0] is None for r in ours) and any(r[1] is None for r in ours)
+    # to_json drops null fields: a header with a null value shows as {"key":"h"}.
+    assert any(r[7] and '{"key":"h"},' in r[7] for r in ours)
+
+
+def test_batch_read_of_aborted_transactions_equals_builtin_read_committed(spark, kafka, topics):
+    df = kafka_eos_reader(spark, kafka.bootstrap, topics["txn"], includeHeaders="true").load()
+    ours = normalized(df)
+    assert len(ours) == topics["committed"] == 75
+    assert ours == topics["builtin_txn"]
+    assert all(json_value_endswith(r[1], b"|c") for r in ours)
+
+
+def json_value_endswith(b64: str, suffix: bytes) -> bool:
+    import base64
+
+    return base64.b64decode(b64).endswith(suffix)
+
+
+def test_schema_equals_builtin(spark, kafka, topics):
+    df = kafka_eos_reader(spark, kafka.bootstrap, topics["plain"], includeHeaders="true").load()
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "timestampType:int,headers:array<struct<key:string,value:binary>>>")
+
+
+def test_available_now_with_admission_control_equals_builtin(spark, kafka, topics, checkpoint):
+    df = kafka_eos_reader(spark, kafka.bootstrap, topics["txn"], stream=True, includeHeaders="true",
+                          startingOffsets="earliest", maxOffsetsPerTrigger=40).load()
+    batches = run_available_now(df, checkpoint)
+    rows = sorted((r for b in batches for r in b), key=lambda r: (r[2], r[3], r[4]))
+    assert rows == topics["builtin_txn"]
+    # 75 committed records over 75+75+6 markers' worth of offsets: at most 40 offsets a batch.
+    assert len([b for b in batches if b]) >= 4
+    assert all(len(b) <= 40 for b in batches)
+
+
+def test_restart_resumes_at_next_offset_and_group_follows(spark, kafka, new_topic, checkpoint):
+    topic = new_topic(partitions=2)
+    produce(kafka.bootstrap, topic, [{"value": f"{i}|a".encode(), "partition": i % 2} for i in range(40)])
+    df = kafka_eos_reader(spark, kafka.bootstrap, topic, stream=True, startingOffsets="earliest",
+                          groupIdPrefix="restart-test").load()
+    first = [r for b in run_available_now(df, checkpoint) for r in b]
+    assert len(first) == 40
+    produce(kafka.bootstrap, topic, [{"value": f"{i}|b".encode(), "partition": i % 2} for i in range(40, 70)])
+    second = [r for b in run_available_now(df, checkpoint) for r in b]
+    # Exactly the new offsets: 20..34 in each partition, nothing re-read, nothing skipped.
+    assert sorted((r[3], r[4]) for r in second) == sorted((p, o) for p in range(2) for o in range(20, 35))
+    # The consumer group holds the consumed ends (what lag tools read).
+    from kafka_eos_ds.source.options import SourceOptions
+
+    group = SourceOptions.from_spark({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
+                                      "groupIdPrefix": "restart-test"}, streaming=True).group_id
+    assert group_offsets(kafka.bootstrap, group, topic, 2) == end_offsets(kafka.bootstrap, topic) == {0: 35, 1: 35}
+
+
+def test_starting_offsets_group_resumes_from_committed(spark, kafka, new_topic, tmp_path):
+    topic = new_topic(partitions=1)
+    produce(kafka.bootstrap, topic, [f"{i}|x".encode() for i in range(10)])
+    opts = {"kafka.group.id": f"lag-{topic}", "startingOffsets": "group"}
+    df = kafka_eos_reader(spark, kafka.bootstrap, topic, stream=True, **opts).load()
+    # No committed offsets yet: falls back to earliest.
+    assert len([r for b in run_available_now(df, str(tmp_path / "c1")) for r in b]) == 10
+    assert group_offsets(kafka.bootstrap, f"lag-{topic}", topic, 1) == {0: 10}
+    produce(kafka.bootstrap, topic, [f"{i}|y".encode() for i in range(10, 15)])
+    # A new checkpoint (e.g. lost) starting from the group reads only what is new.
+    rows = [r for b in run_available_now(df, str(tmp_path / "c2")) for r in b]
+    assert [r[4] for r in rows] == [10, 11, 12, 13, 14]
+
+
+def test_new_partitions_are_read_from_earliest(spark, kafka, new_topic, checkpoint):
+    topic = new_topic(partitions=1)
+    produce(kafka.bootstrap, topic, [f"{i}|x".encode() for i in range(5)])
+    df = kafka_eos_reader(spark, kafka.bootstrap, topic, stream=True, startingOffsets="earliest").load()
+    assert len([r for b in run_available_now(df, checkpoint) for r in b]) == 5
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    time.sleep(2)  # metadata propagation
+    produce(kafka.bootstrap, topic, [{"value": f"{i}|n".encode(), "partition": 1 + i % 2} for i in range(6)])
+    rows = [r for b in run_available_now(df, checkpoint) for r in b]
+    assert sorted((r[3], r[4]) for r in rows) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+
+
+def test_fail_on_data_loss(spark, kafka, new_topic, tmp_path):
+    from confluent_kafka.admin import AdminClient as Admin
+
+    topic = new_topic(partitions=1)
+    produce(kafka.bootstrap, topic, [f"{i}|x".encode() for i in range(10)])
+    ckpt = str(tmp_path / "ckpt")
+    df = kafka_eos_reader(spark, kafka.bootstrap, topic, stream=True, startingOffsets="earliest").load()
+    assert len([r for b in run_available_now(df, ckpt) for r in b]) == 10
+    produce(kafka.bootstrap, topic, [f"{i}|y".encode() for i in range(10, 30)])
+    admin = Admin({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 20)]).values():
+        future.result(30)
+    with pytest.raises(Exception) as failure:
+        run_available_now(df, ckpt)
+    text = str(failure.value)
+    assert "DataLossError" in text and f"Offsets 10 to 20 of {topic}-0 were deleted" in text
+    lenient = kafka_eos_reader(spark, kafka.bootstrap, topic, stream=True, startingOffsets="earliest",
+                               failOnDataLoss="false").load()
+    rows = [r for b in run_available_now(lenient, ckpt) for r in b]
+    assert [r[4] for r in rows] == list(range(20, 30))
+
+
+def test_latest_is_the_last_stable_offset(spark, kafka, new_topic):
+    topic = new_topic(partitions=1)
+    produce(kafka.bootstrap, topic, [f"{i}|x".encode() for i in range(5)])
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"open-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"{5 + i}|open".encode())
+    producer.flush(30)
+    try:
+        started = time.monotonic()
+        rows = normalized(kafka_eos_reader(spark, kafka.bootstrap, topic).load(), headers=False)
+        assert [r[4] for r in rows] == [0, 1, 2, 3, 4]
+        assert time.monotonic() - started < 60
+        dirty = normalized(kafka_eos_reader(spark, kafka.bootstrap, topic,
+                                            **{"kafka.isolation.level": "read_uncommitted"}).load(), headers=False)
+        assert len(dirty) == 10
+    finally:
+        producer.abort_transaction(30)
+
+
+def test_bad_options_fail_before_reading(spark, kafka):
+    with pytest.raises(Exception, match="kafka.auto.offset.reset"):
+        spark.read.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap) \
+            .option("subscribe", "x").option("kafka.auto.offset.reset", "earliest").load().collect()
