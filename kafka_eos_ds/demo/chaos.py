@@ -46,8 +46,8 @@ class ChaosPlan:
     input_partitions: int = 2
     output_partitions: int = 3
     bounces: list[str] = field(default_factory=lambda: ["driver-hard"] * 3)
-    bounce_window: tuple[float, float] = (4.0, 15.0)
-    max_offsets: int = 2_000
+    bounce_window: tuple[float, float] = (2.0, 10.0)
+    max_offsets: int = 500
     shuffle: bool = False
     seed: int = 0
     run_timeout: float = 300.0
@@ -219,24 +219,25 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
     tail = TailingReader(plan.bootstrap, output_topic)
     tail.start()
     pipeline = _Pipeline(plan, input_topic, output_topic)
+    # Progress: distinct ids a read_committed reader has seen so far.
+    frac = lambda: min(1.0, len(tail.ids) / max(plan.records, 1))
     done = 0
     try:
         for number, bounce in enumerate(plan.bounces, 1):
             if bounce not in BOUNCES:
                 raise ValueError(f"unknown bounce {bounce!r}; one of {BOUNCES}")
             pipeline.ensure_running()
-            _wait_for_new_output(plan, pipeline, output_topic, progress)
+            _wait_for_new_output(plan, pipeline, output_topic, progress, frac)
             moment = time.monotonic() + rng.uniform(*plan.bounce_window)
             while time.monotonic() < moment:
                 pipeline.ensure_running()
-                progress(f"run {pipeline.runs}: bounce {number}/{len(plan.bounces)} ({bounce}) soon",
-                         _frac(plan, output_topic))
+                progress(f"run {pipeline.runs}: bounce {number}/{len(plan.bounces)} ({bounce}) soon", frac())
                 time.sleep(0.5)
             _bounce(plan, pipeline, bounce, rng)
             done += 1
-            progress(f"bounce {number}/{len(plan.bounces)}: {bounce} done", _frac(plan, output_topic))
+            progress(f"bounce {number}/{len(plan.bounces)}: {bounce} done", frac())
         pipeline.kill(hard=False)
-        _drain(plan, pipeline, progress)
+        _drain(plan, pipeline, progress, frac)
         progress("auditing", 1.0)
         report = audit({"bootstrap.servers": plan.bootstrap}, input_topic, output_topic)
         time.sleep(2.0)  # let the tailing reader catch up before it stops
@@ -249,16 +250,17 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
                        sum(tail.ids.values()), input_topic, output_topic)
 
 
-def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress) -> None:
+def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress,
+                         frac: Callable[[], float]) -> None:
     base = committed_end(plan.bootstrap, output_topic)
     deadline = time.monotonic() + plan.run_timeout
     while committed_end(plan.bootstrap, output_topic) <= base:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no new output within {plan.run_timeout:.0f}s; see {pipeline.log(pipeline.runs)}")
-        if _frac(plan, output_topic) >= 1.0:
+        if frac() >= 1.0:
             return
         pipeline.ensure_running()
-        progress(f"run {pipeline.runs}: waiting for output", _frac(plan, output_topic))
+        progress(f"run {pipeline.runs}: waiting for output", frac())
         time.sleep(0.5)
 
 
@@ -280,7 +282,7 @@ def _bounce(plan: ChaosPlan, pipeline: _Pipeline, bounce: str, rng: random.Rando
         cluster.restart(node)
 
 
-def _drain(plan: ChaosPlan, pipeline: _Pipeline, progress: Progress) -> None:
+def _drain(plan: ChaosPlan, pipeline: _Pipeline, progress: Progress, frac: Callable[[], float]) -> None:
     pipeline.runs += 1
     proc = processes.start(_job_cmd(plan, pipeline.input_topic, pipeline.output_topic, True),
                            pipeline.log(pipeline.runs))
@@ -290,11 +292,7 @@ def _drain(plan: ChaosPlan, pipeline: _Pipeline, progress: Progress) -> None:
         if time.monotonic() > deadline:
             processes.kill_tree(proc.pid)
             raise TimeoutError(f"the final run did not drain the input in {plan.run_timeout:.0f}s")
-        progress("final run: draining the input", _frac(plan, pipeline.output_topic))
+        progress("final run: draining the input", frac())
         time.sleep(0.5)
     if proc.returncode != 0:
         raise RuntimeError(f"the final run failed (code {proc.returncode}); see {pipeline.log(pipeline.runs)}")
-
-
-def _frac(plan: ChaosPlan, output_topic: str) -> float:
-    return min(1.0, committed_end(plan.bootstrap, output_topic) / max(plan.records, 1))
