@@ -74,6 +74,7 @@ def main(argv=None) -> int:
     spark = (SparkSession.builder.master(args.master).appName("kafka-eos-demo")
              .config("spark.sql.shuffle.partitions", "3")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "1g")
              .config("spark.jars", args.jars or "")
              .getOrCreate())
