@@ -58,13 +58,23 @@ def test_commit_drops_empty_and_failed_slots_and_remembers_an_unfinished_earlier
 
 
 def test_abort_leaves_a_decided_batch_to_recovery():
-    assert plan_abort(Decision("q", 3, DECIDED), "q", 3, [part(0)]) == ()
+    assert plan_abort(Decision("q", 3, DECIDED, (part(0),)), "q", 3, [part(0)], [], ["p-0-0"]) == ()
     assert plan_abort(Decision("q", 3, DONE), "q", 3, [part(0)]) == ()
+    assert plan_abort(Decision("q", 3, DONE), "q", 3, [part(0)], [], ["p-7-0"]) == ("p-7-0",)
 
 
 def test_abort_of_an_undecided_batch_fences_its_transactions_and_superseded_attempts():
     ids = plan_abort(Decision("q", 2, DONE), "q", 3, [part(0), None, part(1, records=0)], ["p-0-x"])
     assert ids == ("p-0-0", "p-0-x")
+
+
+def test_abort_also_fences_open_ids_without_a_message_but_never_a_decided_one():
+    # A task killed when its stage was cancelled reports no message; its id is still open.
+    assert plan_abort(Decision("q", 2, DONE), "q", 3, [part(0)], [], ["p-1-0"]) == ("p-0-0", "p-1-0")
+    decided = Decision("q", 3, DECIDED, (part(0),))
+    assert plan_abort(decided, "q", 3, [part(0)], [], ["p-0-0", "p-1-1"]) == ("p-1-1",)
+    earlier = Decision("q", 2, DECIDED, (part(5),))
+    assert plan_abort(earlier, "q", 3, [part(0)], [], ["p-5-0"]) == ("p-0-0",)
 
 
 def test_decisions_round_trip_through_json():
@@ -153,7 +163,7 @@ def test_unknown_outcomes_are_retried_then_fail_retriably_keeping_the_decision()
 
 def test_abort_after_a_partial_commit_touches_nothing(monkeypatch):
     monkeypatch.setenv("KAFKA_EOS_FAULT", "commit-raise@1")
-    tpc, log, events = committer()
+    tpc, log, events = committer(open_ids=["p-1-0"])
     with pytest.raises(faults.InjectedFault):
         tpc.commit("q", 1, [part(0), part(1)])
     monkeypatch.delenv("KAFKA_EOS_FAULT")

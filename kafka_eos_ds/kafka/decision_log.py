@@ -53,8 +53,11 @@ class KafkaDecisionLog:
 
     # -- topic --------------------------------------------------------------
 
-    def ensure_topic(self) -> int:
-        """Create the topic if missing (RF = min(3, brokers), compacted); return its partition."""
+    def ensure_topic(self, metadata: Any = None) -> int:
+        """Create the topic if missing (RF = min(3, brokers), compacted); return its partition.
+
+        ``metadata`` (a confluent-kafka ClusterMetadata already fetched) saves a round trip.
+        """
         if self._partition is not None:
             return self._partition
         from confluent_kafka import KafkaError, KafkaException
@@ -62,7 +65,7 @@ class KafkaDecisionLog:
 
         admin = AdminClient(dict(self._conf))
         try:
-            md = admin.list_topics(timeout=15)
+            md = metadata if metadata is not None else admin.list_topics(timeout=15)
             existing = md.topics.get(self.topic)
             if existing is None or existing.error is not None:
                 rf = min(3, len(md.brokers))
@@ -174,4 +177,4 @@ class KafkaDecisionLog:
 
 _COMMON = frozenset({"bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
                      "sasl.username", "sasl.password", "socket.timeout.ms", "client.dns.lookup",
-                     "broker.address.family", "request.timeout.ms"})
+                     "broker.address.family"})

@@ -59,6 +59,8 @@ class _Stats:
         self.ready = threading.Event()
 
     def __call__(self, stats_json: str) -> None:
+        if self.ready.is_set():
+            return  # parsed once; later documents are not needed
         eos = json.loads(stats_json).get("eos") or {}
         if eos.get("idemp_state") == "Assigned" and eos.get("producer_id", -1) >= 0:
             self.pid_epoch = (int(eos["producer_id"]), int(eos["producer_epoch"]))

@@ -59,18 +59,21 @@ class _SinkDriver:
 
     def _prepare(self) -> DoneMark:
         """Check the topic, then finish or abort what earlier runs left (exactly_once)."""
-        if self._config.topic is not None:
-            _check_topic(self._config)
+        metadata = _cluster_metadata(self._config)
+        if self._config.topic is not None and self._config.topic not in metadata.topics:
+            raise ConfigError(f"Topic '{self._config.topic}' (option 'topic') does not exist; create it first.")
         if not self._config.exactly_once:
             return DoneMark()
-        with self._committer() as committer:
+        with self._committer(metadata) as committer:
             return committer.recover()
 
     @contextlib.contextmanager
-    def _committer(self) -> Iterator[TwoPhaseCommitter]:
+    def _committer(self, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
         cfg = self._config
         coordinator = TransactionCoordinator(cfg.producer)
         decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, cfg.prefix or "")
+        if metadata is not None:
+            decisions.ensure_topic(metadata)
         try:
             yield TwoPhaseCommitter(decisions, KafkaTransactions(coordinator, cfg.prefix or "",
                                                                  cfg.transaction_timeout_ms),
@@ -147,7 +150,7 @@ class KafkaBatchWriter(_SinkDriver, _BatchBase):
         self._abort(messages, 0, self._write_id)
 
 
-def _check_topic(config: SinkConfig) -> None:
+def _cluster_metadata(config: SinkConfig) -> Any:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -156,9 +159,7 @@ def _check_topic(config: SinkConfig) -> None:
                              "sasl.username", "sasl.password", "client.id") or k.lower().startswith("ssl.")}
     try:
         # All topics, not the one topic: a metadata request naming it could auto-create it.
-        topics = AdminClient(conf).list_topics(timeout=15).topics
+        return AdminClient(conf).list_topics(timeout=15)
     except KafkaException as exc:
         raise KafkaClientError(f"Cannot reach Kafka at {redact(conf).get('bootstrap.servers')}: {exc}",
                                retriable=True) from exc
-    if config.topic not in topics:
-        raise ConfigError(f"Topic '{config.topic}' (option 'topic') does not exist; create it first.")

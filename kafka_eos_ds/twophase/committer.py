@@ -39,15 +39,19 @@ class TwoPhaseCommitter:
         failing the batch (the decision stays; a restart finishes it).
     parallelism : int
         Participants committed concurrently.
+    abort_grace_s : float
+        How long ``abort`` keeps sweeping for transactions opened by tasks that were
+        still running when the batch was aborted.
     """
 
     def __init__(self, decisions: DecisionLog, participants: Participants, *, commit_timeout_s: float = 120.0,
-                 parallelism: int = 8, sleep: Callable[[float], None] = time.sleep,
+                 parallelism: int = 8, abort_grace_s: float = 3.0, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions
         self.participants = participants
         self.commit_timeout_s = commit_timeout_s
         self.parallelism = max(1, parallelism)
+        self.abort_grace_s = abort_grace_s
         self._sleep = sleep
         self._clock = clock
 
@@ -64,6 +68,12 @@ class TwoPhaseCommitter:
             self._finish(plan.earlier)
         decision = plan.decision
         assert decision is not None
+        superseded = sorted({i for p in messages if p is not None for i in self.participants.superseded(p)})
+        if plan.write_decision and not decision.participants:
+            # Nothing to commit (every task was empty or a re-run of a decided batch):
+            # no decision to record, only earlier attempts to shut out.
+            self._fence(superseded)
+            return
         if plan.write_decision:
             self.decisions.write(decision)
         faults.check("driver-after-decision", batch=batch_id)
@@ -72,18 +82,25 @@ class TwoPhaseCommitter:
         if plan.write_decision:
             # Earlier attempts of the winning tasks may still hold open transactions
             # (a failed attempt, a zombie); they hold back readers until fenced.
-            self._fence(sorted({i for p in messages if p is not None for i in self.participants.superseded(p)}))
+            self._fence(superseded)
         self.decisions.write(decision.with_state(DONE))
         faults.check("driver-after-done", batch=batch_id)
 
     def abort(self, query_id: Optional[str], batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
         messages = list(messages)
         superseded = [i for p in messages if p is not None for i in self.participants.superseded(p)]
-        ids = plan_abort(self.decisions.latest(), query_id, batch_id, messages, superseded)
-        if not ids:
+        latest = self.decisions.latest()
+        if latest is not None and query_id is not None and latest.same_batch(query_id, batch_id):
             log.warning("batch %s of query %s was decided; its transactions are left for recovery to finish",
                         batch_id, query_id)
-        self._fence(ids)
+        self._fence(plan_abort(latest, query_id, batch_id, messages, superseded, self.participants.open_ids()))
+        # Tasks killed when Spark cancelled the stage may still be finishing their
+        # write after this abort started (their Python workers notice late); sweep again
+        # for a short while so their transactions do not hold back readers.
+        deadline = self._clock() + self.abort_grace_s
+        while self._clock() < deadline:
+            self._sleep(0.5)
+            self._fence(plan_abort(latest, query_id, batch_id, (), (), self.participants.open_ids()))
 
     def recover(self) -> DoneMark:
         """Finish an unfinished decision, fence every other open id; return the done mark."""

@@ -75,12 +75,21 @@ def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
 
 
 def plan_abort(latest: Optional[Decision], query_id: Optional[str], batch_id: int,
-               participants: Iterable[Optional[Participant]], superseded: Iterable[str] = ()) -> tuple[str, ...]:
-    """Ids to fence when Spark aborts a batch: none if the batch was decided (recovery
-    finishes it), otherwise every participant of the messages and the attempts they
-    superseded."""
+               participants: Iterable[Optional[Participant]], superseded: Iterable[str] = (),
+               open_ids: Iterable[str] = ()) -> tuple[str, ...]:
+    """Ids to fence when Spark aborts a batch.
+
+    A decided batch is left alone (recovery finishes it). Everything else the sink has
+    open is fenced: the messages' participants, the attempts they superseded, and any
+    other open id (a task killed mid-write when its stage was cancelled reports no
+    message) — except the participants of an unfinished decision.
+    """
+    keep = {p.id for p in latest.participants} if latest is not None and latest.state == DECIDED else set()
     if latest is not None and query_id is not None and latest.same_batch(query_id, batch_id):
-        return ()
+        # Decided (or done): its participants are committed or about to be; only
+        # strays outside the decision may go.
+        return tuple(sorted(set(open_ids) - keep))
     ids = {p.id for p in participants if p is not None and p.records > 0}
     ids.update(superseded)
-    return tuple(sorted(ids))
+    ids.update(open_ids)
+    return tuple(sorted(ids - keep))

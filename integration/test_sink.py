@@ -1,0 +1,157 @@
+"""The sink against a real Kafka: batch and streaming writes, columns, bad input.
+
+Bad input must fail with a clear error, leave the batch's transactions aborted (none
+open under the sink's prefix) and nothing visible to read_committed readers.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from integration.helpers import consume_all, produce
+from kafka_eos_ds.sink import abort_transactions, list_transactions
+
+
+def _writer(df, bootstrap, topic=None, prefix=None, **options):
+    w = df.write.format("kafka_eos").option("kafka.bootstrap.servers", bootstrap).mode("append")
+    if topic:
+        w = w.option("topic", topic)
+    w = w.option("transactionalIdPrefix", prefix or f"sink-{uuid.uuid4().hex[:8]}")
+    for k, v in options.items():
+        w = w.option(k, v)
+    return w
+
+
+def _open(bootstrap, prefix):
+    return [t for t in list_transactions({"bootstrap.servers": bootstrap}, prefix) if t.open]
+
+
+def test_batch_write_with_all_columns(spark, kafka, new_topic):
+    topic = new_topic(3)
+    df = spark.createDataFrame(
+        [(f"k{i}", f"{i}|v", topic, i % 3, [("h", b"x")]) for i in range(300)],
+        "key string, value string, topic string, partition int, headers array<struct<key:string,value:binary>>")
+    prefix = f"cols-{topic}"
+    df.write.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap) \
+        .option("transactionalIdPrefix", prefix).mode("append").save()
+    records = consume_all(kafka.bootstrap, topic)
+    assert sorted(int(r.value.split(b"|")[0]) for r in records) == list(range(300))
+    assert all(r.partition == int(r.key[1:]) % 3 for r in records)
+    assert all(r.headers == [("h", b"x")] for r in records)
+    assert _open(kafka.bootstrap, prefix) == []
+
+
+def test_streaming_write_commits_each_batch(spark, kafka, new_topic, checkpoint):
+    topic = new_topic(2)
+    batches = []
+    q = (spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+         .selectExpr("cast(value as string) as key", "concat(cast(value as string), '|r') as value")
+         .writeStream.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
+         .option("topic", topic).option("transactionalIdPrefix", f"st-{topic}")
+         .option("checkpointLocation", checkpoint).trigger(processingTime="500 milliseconds").start())
+    try:
+        q.processAllAvailable()
+        while len([p for p in q.recentProgress if p["numInputRows"] > 0]) < 3:
+            q.awaitTermination(0.5)
+    finally:
+        q.stop()
+    batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) >= 3
+    values = [r.value for r in consume_all(kafka.bootstrap, topic)]
+    assert len(values) == len(set(values)) > 0
+
+
+def test_at_least_once_needs_no_prefix(spark, kafka, new_topic):
+    topic = new_topic()
+    df = spark.createDataFrame([(f"{i}|a",) for i in range(50)], "value string")
+    df.write.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topic) \
+        .option("deliveryGuarantee", "at_least_once").mode("append").save()
+    assert len(consume_all(kafka.bootstrap, topic)) == 50
+
+
+def _fails(write, *fragments):
+    with pytest.raises(Exception) as info:
+        write.save()
+    text = str(info.value)
+    for fragment in fragments:
+        assert fragment in text, text[-2000:]
+
+
+def test_missing_value_column(spark, kafka, new_topic):
+    topic = new_topic()
+    _fails(_writer(spark.createDataFrame([("a",)], "key string"), kafka.bootstrap, topic),
+           "ConfigError", "'value' column")
+    assert consume_all(kafka.bootstrap, topic) == []
+
+
+def test_wrong_column_type(spark, kafka, new_topic):
+    topic = new_topic()
+    _fails(_writer(spark.createDataFrame([(1,)], "value long"), kafka.bootstrap, topic),
+           "Column 'value' must be string or binary, got bigint")
+    _fails(_writer(spark.createDataFrame([("a", 1)], "value string, partition long"), kafka.bootstrap, topic),
+           "Column 'partition' must be int")
+
+
+def test_missing_prefix_and_owned_keys(spark, kafka, new_topic):
+    topic = new_topic()
+    df = spark.createDataFrame([("a",)], "value string")
+    w = df.write.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topic)
+    _fails(w.mode("append"), "transactionalIdPrefix")
+    _fails(_writer(df, kafka.bootstrap, topic, **{"kafka.transactional.id": "x"}), "kafka.transactional.id")
+
+
+def test_unknown_topic(spark, kafka):
+    df = spark.createDataFrame([("a",)], "value string")
+    _fails(_writer(df, kafka.bootstrap, f"missing-{uuid.uuid4().hex[:8]}"), "does not exist")
+
+
+def test_null_topic_aborts_the_batch(spark, kafka, new_topic):
+    topic = new_topic()
+    prefix = f"nulltopic-{topic}"
+    rows = [(topic if i != 150 else None, f"{i}|a") for i in range(200)]
+    df = spark.createDataFrame(rows, "topic string, value string").repartition(2)
+    _fails(_writer(df, kafka.bootstrap, None, prefix), "null 'topic'")
+    assert consume_all(kafka.bootstrap, topic) == []
+    assert _open(kafka.bootstrap, prefix) == []
+
+
+def test_record_over_the_brokers_max_size_aborts_the_batch(spark, kafka, new_topic):
+    topic = new_topic(1, config={"max.message.bytes": "20000"})
+    prefix = f"big-{topic}"
+    rows = [("x" * (50_000 if i == 70 else 10)) + f"|{i}" for i in range(100)]
+    df = spark.createDataFrame([(r,) for r in rows], "value string").repartition(2)
+    # The client would accept it (message.max.bytes 1 MB); the topic refuses it.
+    _fails(_writer(df, kafka.bootstrap, topic, prefix), "max.message.bytes")
+    assert consume_all(kafka.bootstrap, topic) == []
+    assert _open(kafka.bootstrap, prefix) == []
+
+
+def test_broker_refusing_the_transaction_timeout(spark, kafka, new_topic):
+    topic = new_topic()
+    prefix = f"tmo-{topic}"
+    df = spark.createDataFrame([("a",)], "value string")
+    _fails(_writer(df, kafka.bootstrap, topic, prefix, **{"kafka.transaction.timeout.ms": "3600000"}),
+           "kafka.transaction.timeout.ms", "transaction.max.timeout.ms")
+    assert consume_all(kafka.bootstrap, topic) == []
+    assert _open(kafka.bootstrap, prefix) == []
+
+
+def test_transactions_tool_lists_and_aborts_a_sinks_open_transactions(kafka, new_topic):
+    from confluent_kafka import Producer
+
+    topic = new_topic()
+    prefix = f"tool-{topic}"
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"{prefix}-3-1"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"x")
+    producer.flush(30)
+    conf = {"bootstrap.servers": kafka.bootstrap}
+    listed = list_transactions(conf, prefix)
+    assert [(t.partition, t.attempt, t.open) for t in listed] == [(3, 1, True)]
+    assert [t.transactional_id for t in abort_transactions(conf, prefix)] == [f"{prefix}-3-1"]
+    assert _open(kafka.bootstrap, prefix) == []
+    produce(kafka.bootstrap, topic, [b"after"])
+    assert [r.value for r in consume_all(kafka.bootstrap, topic)] == [b"after"]
