@@ -253,3 +253,29 @@ def test_bad_options_fail_before_reading(spark, kafka):
     with pytest.raises(Exception, match="kafka.auto.offset.reset"):
         spark.read.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap) \
             .option("subscribe", "x").option("kafka.auto.offset.reset", "earliest").load().collect()
+
+
+def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, kafka, new_topic, checkpoint):
+    topic = new_topic(partitions=1)
+    produce(kafka.bootstrap, topic, [f"{i}|x".encode() for i in range(10)])
+    seen: list[tuple[float, int]] = []
+    df = kafka_eos_reader(spark, kafka.bootstrap, topic, stream=True, startingOffsets="earliest",
+                          minOffsetsPerTrigger=50, maxTriggerDelay="6s").load()
+    query = df.writeStream.foreachBatch(lambda b, i: seen.append((time.monotonic(), b.count()))) \
+        .trigger(processingTime="500 milliseconds").option("checkpointLocation", checkpoint).start()
+    started = time.monotonic()
+    try:
+        deadline = started + 60
+        while not any(n for _, n in seen) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first_rows = next((t, n) for t, n in seen if n)
+        # 10 < 50 records: held back until maxTriggerDelay passed, then read at once.
+        assert first_rows[1] == 10 and first_rows[0] - started >= 4.0
+        produce(kafka.bootstrap, topic, [f"{i}|y".encode() for i in range(10, 70)])
+        produced = time.monotonic()
+        while sum(n for _, n in seen) < 70 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # 60 >= 50: admitted at the next trigger, without waiting for the delay.
+        assert sum(n for _, n in seen) == 70 and seen[-1][0] - produced < 4.0
+    finally:
+        query.stop()

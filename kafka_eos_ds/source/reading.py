@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 _MAX_BATCH_BYTES = 32 * 1024 * 1024
 _CONSUME_CHUNK = 5_000
+_POLL_S = 0.05  # short: the end of a range that holds only markers is seen by polling position
 
 
 def read_partition(part: KafkaInputPartition) -> Iterator[Any]:
@@ -41,6 +42,10 @@ def _consumer(config: ReadConfig):
     from confluent_kafka import Consumer
 
     conf = {
+        # librdkafka pauses fetching for fetch.queue.backoff.ms (1 s by default) whenever its
+        # queue passed queued.min.messages; a reader that drains the queue at once only
+        # waits there. 10 ms measured 5x faster on 100-byte records. A user value wins.
+        "fetch.queue.backoff.ms": 10,
         **config.client_conf,
         "group.id": config.group_id,
         # The consumer never joins the group nor commits: offsets live in Spark's checkpoint.
@@ -78,7 +83,10 @@ class _RangeReader:
         pending_rows = pending_bytes = 0
         last_progress = time.monotonic()
         while position < r.until_offset:
-            messages = self.consumer.consume(num_messages=_CONSUME_CHUNK, timeout=1.0)
+            # consume() waits until it has num_messages or the timeout passes: never ask
+            # for more than the range can still hold, or the range's end costs a timeout.
+            wanted = max(1, min(_CONSUME_CHUNK, r.until_offset - position))
+            messages = self.consumer.consume(num_messages=wanted, timeout=_POLL_S)
             records = [m for m in messages if m.error() is None]
             if len(records) != len(messages):
                 for m in messages:
