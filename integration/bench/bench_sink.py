@@ -22,8 +22,23 @@ import statistics
 import time
 import uuid
 
-from integration.bench.workloads import sink_write
 from integration.helpers import create_topic
+
+
+def sink_write(spark, fmt: str, bootstrap: str, records: int, size: int, out_topic: str,
+               guarantee: str = "exactly_once", partitions: int = 4) -> float:
+    """Write ``records`` generated rows (key, value of ``size`` bytes) as a batch job; seconds."""
+    df = (spark.range(0, records, 1, partitions)
+          .selectExpr("cast(id % 1000 as string) as key",
+                      f"concat(cast(id as string), '|', repeat('x', {max(size - 12, 1)})) as value"))
+    # Python data sources accept only append/overwrite save modes (a Spark rule).
+    writer = df.write.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
+    if fmt == "kafka_eos":
+        writer = writer.mode("append").option("deliveryGuarantee", guarantee) \
+            .option("transactionalIdPrefix", _name("bench"))
+    started = time.perf_counter()
+    writer.save()
+    return time.perf_counter() - started
 
 
 def throughput(bootstrap: str, records: int, size: int, rounds: int) -> dict[str, list[float]]:
