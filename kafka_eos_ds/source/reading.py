@@ -65,11 +65,14 @@ class _RangeReader:
     def __init__(self, consumer: Any, rng: OffsetRange, config: ReadConfig) -> None:
         import pyarrow as pa
 
-        self.pa = pa
+        import pyarrow.compute as pc
+
+        self.pa, self.pc = pa, pc
         self.consumer = consumer
         self.range = rng
         self.config = config
         self.schema = arrow_schema(config.include_headers)
+        self.timestamp_type = self.schema.field("timestamp").type
         self.topic_scalar = pa.scalar(rng.topic, pa.string())
         self.partition_scalar = pa.scalar(rng.partition, pa.int32())
 
@@ -163,9 +166,9 @@ class _RangeReader:
                                    f"{exc}") from exc
 
     def _chunk(self, records: list, offsets: list) -> Any:
-        pa = self.pa
+        pa, pc = self.pa, self.pc
         n = len(records)
-        stamps = [m.timestamp() for m in records]
+        kinds, millis = zip(*[m.timestamp() for m in records])
         columns = [
             pa.array([m.key() for m in records], pa.binary()),
             pa.array([m.value() for m in records], pa.binary()),
@@ -173,9 +176,9 @@ class _RangeReader:
             pa.repeat(self.partition_scalar, n),
             pa.array(offsets, pa.int64()),
             # Kafka timestamps are epoch milliseconds; Spark wants microseconds in UTC.
-            pa.array([s[1] * 1000 for s in stamps], pa.int64()).cast(self.schema.field("timestamp").type),
+            pc.multiply(pa.array(millis, pa.int64()), 1000).cast(self.timestamp_type),
             # librdkafka: 0 none, 1 create, 2 log-append; Spark/Java: -1, 0, 1.
-            pa.array([s[0] - 1 for s in stamps], pa.int32()),
+            pc.subtract(pa.array(kinds, pa.int32()), 1),
         ]
         if self.config.include_headers:
             columns.append(pa.array([m.headers() for m in records], self.schema.field("headers").type))
