@@ -207,3 +207,9 @@ def test_faults_match_point_batch_partition_and_attempt(monkeypatch):
 def test_faults_cost_nothing_when_unset(monkeypatch):
     monkeypatch.delenv("KAFKA_EOS_FAULT", raising=False)
     faults.check("commit-raise", batch=1)
+
+
+def test_a_batch_with_nothing_to_commit_records_no_decision_but_fences_earlier_attempts():
+    tpc, log, events = committer()
+    tpc.commit("q", 1, [part(0, attempt=1, records=0), None])
+    assert events == [("fence", "p-0-0")] and log.latest() is None
