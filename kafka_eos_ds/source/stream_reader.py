@@ -162,16 +162,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin = self._current
         else:  # pyspark without admission control: the first call follows initialOffset
             begin = offsets_json.from_json(self.initialOffset())
+        known = set(begin)
         parts = self.metadata.partitions()
         latest = self.metadata.latest(parts)
-        new = parts - set(begin)
+        new = parts - known
         if new:
             # New partitions are read from their earliest offset.
             begin = {**begin, **self.metadata.earliest(new)}
         if self._target is not None:
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items() if tp in self._target}
-            for tp in set(begin) & parts - set(latest):
+            # Partitions that appeared after the target was taken are not read in this run.
+            for tp in (known & parts) - set(latest):
                 latest[tp] = begin[tp]
+            begin = {tp: off for tp, off in begin.items() if tp in latest}
         self._latest = latest
         end = self._admit(begin, latest, limit)
         if end != begin:
