@@ -279,3 +279,50 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, kafka, new
         assert sum(n for _, n in seen) == 70 and seen[-1][0] - produced < 4.0
     finally:
         query.stop()
+
+
+def test_pattern_assign_and_timestamp_positions(spark, kafka, new_topic):
+    prefix = f"pat-{uuid.uuid4().hex[:6]}"
+    a = new_topic(partitions=2, prefix=prefix, config={"retention.ms": "-1"})
+    b = new_topic(partitions=1, prefix=prefix, config={"retention.ms": "-1"})
+    base = NOW_MS - 600_000
+    for topic in (a, b):
+        produce(kafka.bootstrap, topic, [{"value": f"{i}|{topic}".encode(), "partition": 0, "timestamp": base + i * 1000}
+                                         for i in range(10)])
+    by_pattern = normalized(spark.read.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
+                            .option("subscribePattern", f"{prefix}-.*").load(), headers=False)
+    assert sorted({r[2] for r in by_pattern}) == sorted([a, b]) and len(by_pattern) == 20
+    assigned = normalized(spark.read.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
+                          .option("assign", json.dumps({a: [0]})).load(), headers=False)
+    assert {(r[2], r[3]) for r in assigned} == {(a, 0)} and len(assigned) == 10
+    # Records 4..6 by timestamp (start inclusive, end exclusive as offsets).
+    window = normalized(kafka_eos_reader(spark, kafka.bootstrap, b, startingTimestamp=base + 4000,
+                                         endingTimestamp=base + 7000).load(), headers=False)
+    assert [r[4] for r in window] == [4, 5, 6]
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy=latest"):
+        kafka_eos_reader(spark, kafka.bootstrap, b, startingTimestamp=NOW_MS + 3_600_000).load().collect()
+    late = kafka_eos_reader(spark, kafka.bootstrap, b, startingTimestamp=NOW_MS + 3_600_000,
+                            startingOffsetsByTimestampStrategy="latest").load()
+    assert late.count() == 0
+    with pytest.raises(Exception, match="must name exactly the partitions"):
+        kafka_eos_reader(spark, kafka.bootstrap, a, startingOffsets=json.dumps({a: {"0": 0}})).load().collect()
+
+
+def test_executor_read_of_deleted_offsets_follows_fail_on_data_loss(kafka, new_topic):
+    """Offsets deleted between planning and reading: the task sees it, not only the planner."""
+    from kafka_eos_ds.errors import DataLossError
+    from kafka_eos_ds.source.planning import KafkaInputPartition, OffsetRange, ReadConfig
+    from kafka_eos_ds.source.reading import read_partition
+
+    topic = new_topic(partitions=1)
+    produce(kafka.bootstrap, topic, [f"{i}|x".encode() for i in range(30)])
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 20)]).values():
+        future.result(30)
+    conf = {"bootstrap.servers": kafka.bootstrap, "isolation.level": "read_committed"}
+    planned = OffsetRange(topic, 0, 5, 25)  # planned before the deletion
+    with pytest.raises(DataLossError, match=f"Offsets 5 to 20 of {topic}-0 were deleted"):
+        list(read_partition(KafkaInputPartition(planned, ReadConfig(conf, "g", poll_timeout_ms=30_000))))
+    lenient = ReadConfig(conf, "g", fail_on_data_loss=False, poll_timeout_ms=30_000)
+    batches = list(read_partition(KafkaInputPartition(planned, lenient)))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(20, 25))

@@ -46,6 +46,9 @@ def _consumer(config: ReadConfig):
         # queue passed queued.min.messages; a reader that drains the queue at once only
         # waits there. 10 ms measured 5x faster on 100-byte records. A user value wins.
         "fetch.queue.backoff.ms": 10,
+        # 8 MiB per partition per fetch instead of 1 MiB: fewer round trips, and less broker
+        # CPU per record; measured +25% records/s on 100-byte records. A user value wins.
+        "max.partition.fetch.bytes": 8 * 1024 * 1024,
         **config.client_conf,
         "group.id": config.group_id,
         # The consumer never joins the group nor commits: offsets live in Spark's checkpoint.
@@ -65,9 +68,9 @@ class _RangeReader:
     def __init__(self, consumer: Any, rng: OffsetRange, config: ReadConfig) -> None:
         import pyarrow as pa
 
-        import pyarrow.compute as pc
+        import numpy as np
 
-        self.pa, self.pc = pa, pc
+        self.pa, self.np = pa, np
         self.consumer = consumer
         self.range = rng
         self.config = config
@@ -77,7 +80,7 @@ class _RangeReader:
         self.partition_scalar = pa.scalar(rng.partition, pa.int32())
 
     def batches(self) -> Iterator[Any]:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import Message, TopicPartition
 
         r = self.range
         self.consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
@@ -90,13 +93,14 @@ class _RangeReader:
             # for more than the range can still hold, or the range's end costs a timeout.
             wanted = max(1, min(_CONSUME_CHUNK, r.until_offset - position))
             messages = self.consumer.consume(num_messages=wanted, timeout=_POLL_S)
-            records = [m for m in messages if m.error() is None]
-            if len(records) != len(messages):
+            records = messages
+            if any(map(Message.error, messages)):  # rare: EOF and error events
+                records = [m for m in messages if m.error() is None]
                 for m in messages:
                     if m.error() is not None:
                         position = max(position, self._on_event(m, position))
             if records:
-                offsets = [m.offset() for m in records]
+                offsets = list(map(Message.offset, records))
                 cut = bisect.bisect_left(offsets, r.until_offset)
                 if cut < len(records):
                     records, offsets = records[:cut], offsets[:cut]
@@ -166,19 +170,22 @@ class _RangeReader:
                                    f"{exc}") from exc
 
     def _chunk(self, records: list, offsets: list) -> Any:
-        pa, pc = self.pa, self.pc
+        from confluent_kafka import Message
+
+        pa, np = self.pa, self.np
         n = len(records)
-        kinds, millis = zip(*[m.timestamp() for m in records])
+        # (type, epoch ms) pairs -> one int64 matrix: far cheaper than per-field passes.
+        stamps = np.array(list(map(Message.timestamp, records)), dtype=np.int64).reshape(n, 2)
         columns = [
-            pa.array([m.key() for m in records], pa.binary()),
-            pa.array([m.value() for m in records], pa.binary()),
+            pa.array(list(map(Message.key, records)), pa.binary()),
+            pa.array(list(map(Message.value, records)), pa.binary()),
             pa.repeat(self.topic_scalar, n),
             pa.repeat(self.partition_scalar, n),
             pa.array(offsets, pa.int64()),
             # Kafka timestamps are epoch milliseconds; Spark wants microseconds in UTC.
-            pc.multiply(pa.array(millis, pa.int64()), 1000).cast(self.timestamp_type),
+            pa.array(stamps[:, 1] * 1000).cast(self.timestamp_type),
             # librdkafka: 0 none, 1 create, 2 log-append; Spark/Java: -1, 0, 1.
-            pc.subtract(pa.array(kinds, pa.int32()), 1),
+            pa.array((stamps[:, 0] - 1).astype(np.int32)),
         ]
         if self.config.include_headers:
             columns.append(pa.array([m.headers() for m in records], self.schema.field("headers").type))
