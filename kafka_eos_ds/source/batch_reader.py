@@ -9,10 +9,10 @@ from pyspark.sql.types import StructType
 
 from kafka_eos_ds.source.metadata import KafkaMetadata
 from kafka_eos_ds.source.options import SourceOptions
+from kafka_eos_ds.source.planning import input_partitions
 from kafka_eos_ds.source.positions import resolve
 from kafka_eos_ds.source.reading import read_partition
 from kafka_eos_ds.source.schema import check_schema
-from kafka_eos_ds.source.stream_reader import input_partitions
 
 
 class KafkaBatchReader(DataSourceReader):

@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from pyspark.sql.datasource import InputPartition
 
 from kafka_eos_ds.errors import DataLossError
 from kafka_eos_ds.source.offsets import Offsets
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.source.options import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +123,23 @@ def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
         return [r]
     bounds = [r.from_offset + (r.size * i) // parts for i in range(parts + 1)]
     return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def read_config(options: "SourceOptions") -> ReadConfig:
+    return ReadConfig(
+        client_conf=dict(options.client_conf),
+        group_id=options.group_id,
+        include_headers=options.include_headers,
+        fail_on_data_loss=options.fail_on_data_loss,
+        poll_timeout_ms=options.poll_timeout_ms,
+        batch_records=options.arrow_batch_records,
+    )
+
+
+def input_partitions(options: "SourceOptions", start: Offsets, end: Offsets,
+                     earliest: Offsets) -> list[KafkaInputPartition]:
+    """The batch's input partitions: planned, split, each with the read settings."""
+    ranges = plan_ranges(start, end, earliest, options.fail_on_data_loss)
+    ranges = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    config = read_config(options)
+    return [KafkaInputPartition(r, config) for r in ranges]

@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any, Iterator
 
-from kafka_eos_ds.errors import DataLossError, KafkaClientError
+from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.source.planning import KafkaInputPartition, OffsetRange, ReadConfig, report_data_loss
 from kafka_eos_ds.source.schema import arrow_schema
 
@@ -191,5 +191,3 @@ class _RangeReader:
             columns.append(pa.array([m.headers() for m in records], self.schema.field("headers").type))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
-
-__all__ = ["read_partition", "DataLossError"]

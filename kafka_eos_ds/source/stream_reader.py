@@ -20,7 +20,7 @@ from kafka_eos_ds.source.group_commit import GroupOffsetCommitter
 from kafka_eos_ds.source.metadata import KafkaMetadata
 from kafka_eos_ds.source.offsets import Offsets
 from kafka_eos_ds.source.options import SourceOptions
-from kafka_eos_ds.source.planning import KafkaInputPartition, ReadConfig, plan_ranges, split_ranges
+from kafka_eos_ds.source.planning import input_partitions
 from kafka_eos_ds.source.positions import resolve
 from kafka_eos_ds.source.reading import read_partition
 from kafka_eos_ds.source.schema import check_schema
@@ -39,24 +39,6 @@ except ImportError:  # older pyspark: no admission control, no AvailableNow for 
         pass
 
 log = logging.getLogger(__name__)
-
-
-def read_config(options: SourceOptions) -> ReadConfig:
-    return ReadConfig(
-        client_conf=dict(options.client_conf),
-        group_id=options.group_id,
-        include_headers=options.include_headers,
-        fail_on_data_loss=options.fail_on_data_loss,
-        poll_timeout_ms=options.poll_timeout_ms,
-        batch_records=options.arrow_batch_records,
-    )
-
-
-def input_partitions(options: SourceOptions, start: Offsets, end: Offsets, earliest: Offsets) -> list[KafkaInputPartition]:
-    ranges = plan_ranges(start, end, earliest, options.fail_on_data_loss)
-    ranges = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
-    config = read_config(options)
-    return [KafkaInputPartition(r, config) for r in ranges]
 
 
 def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
