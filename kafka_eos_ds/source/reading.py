@@ -100,14 +100,13 @@ class _RangeReader:
                     if m.error() is not None:
                         position = max(position, self._on_event(m, position))
             if records:
-                offsets = list(map(Message.offset, records))
-                cut = bisect.bisect_left(offsets, r.until_offset)
-                if cut < len(records):
-                    records, offsets = records[:cut], offsets[:cut]
+                if records[-1].offset() >= r.until_offset:
+                    cut = bisect.bisect_left(list(map(Message.offset, records)), r.until_offset)
+                    records = records[:cut]
                     position = r.until_offset
                 if records:
-                    position = max(position, offsets[-1] + 1)
-                    chunk = self._chunk(records, offsets)
+                    position = max(position, records[-1].offset() + 1)
+                    chunk = self._chunk(records)
                     pending.append(chunk)
                     pending_rows += chunk.num_rows
                     pending_bytes += chunk.nbytes
@@ -169,11 +168,18 @@ class _RangeReader:
             raise KafkaClientError(f"could not read watermarks of {self.range.topic}-{self.range.partition}: "
                                    f"{exc}") from exc
 
-    def _chunk(self, records: list, offsets: list) -> Any:
+    def _chunk(self, records: list) -> Any:
         from confluent_kafka import Message
 
         pa, np = self.pa, self.np
         n = len(records)
+        first, last = records[0].offset(), records[-1].offset()
+        # Offsets within a partition strictly increase: when the span equals the count
+        # (no markers or aborted records in between) they are a plain range.
+        if last - first + 1 == n:
+            offsets = np.arange(first, last + 1, dtype=np.int64)
+        else:
+            offsets = np.fromiter(map(Message.offset, records), dtype=np.int64, count=n)
         # (type, epoch ms) pairs -> one int64 matrix: far cheaper than per-field passes.
         stamps = np.array(list(map(Message.timestamp, records)), dtype=np.int64).reshape(n, 2)
         columns = [
