@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 from integration.helpers import consume_all
 from integration.sink_runs import run_pipeline, seed
 from kafka_eos_ds.audit import audit
+from kafka_eos_ds.demo.chaos import TailingReader
 from kafka_eos_ds.sink import list_transactions
 
 RECORDS = 600        # 2 input partitions, 150 offsets per batch -> batches 0..3
@@ -29,6 +30,9 @@ def pipeline(kafka, new_topic, tmp_path):
     """Topics IN (seeded) and OUT, a checkpoint, a prefix, and helpers bound to them."""
     input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
     seed(kafka.bootstrap, input_topic, RECORDS)
+    # A read_committed consumer reading OUT across every crash and restart.
+    tail = TailingReader(kafka.bootstrap, output_topic)
+    tail.start()
 
     class P:
         bootstrap = kafka.bootstrap
@@ -53,8 +57,12 @@ def pipeline(kafka, new_topic, tmp_path):
         def audit():
             return audit(P.conf, input_topic, output_topic)
 
-    P.input, P.output = input_topic, output_topic
-    return P
+    P.input, P.output, P.tail = input_topic, output_topic, tail
+    try:
+        yield P
+    finally:
+        tail.stopping.set()
+        tail.join(10)
 
 
 def _crashed(run):
@@ -68,6 +76,11 @@ def _finishes_exactly_once(p):
     assert report.ok, report.table()
     assert report.records_in == RECORDS and report.unique_out == RECORDS
     assert p.open_ids() == []  # nothing left to hold back read_committed readers
+    deadline = time.monotonic() + 30
+    while len(p.tail.ids) < RECORDS and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # The consumer that read while the query ran and crashed never saw a duplicate.
+    assert len(p.tail.ids) == RECORDS and p.tail.duplicates == 0
 
 
 def test_1_task_dies_before_precommit_is_retried_and_its_transaction_aborted(pipeline):
