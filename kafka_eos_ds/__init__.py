@@ -29,10 +29,13 @@ FORMAT = "kafka_eos"
 
 
 def register(spark: "SparkSession") -> None:
-    """Register ``format("kafka_eos")`` with this Spark session."""
+    """Register ``format("kafka_eos")`` and ``format("kafka_eos_file")`` (the exactly-once
+    file sink) with this Spark session."""
     from kafka_eos_ds.datasource import KafkaEosDataSource
+    from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 
     spark.dataSource.register(KafkaEosDataSource)
+    spark.dataSource.register(KafkaEosFileDataSource)
 
 
 __all__ = [

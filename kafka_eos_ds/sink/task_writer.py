@@ -21,23 +21,11 @@ from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DoneMark
+from kafka_eos_ds.twophase.spark_writers import task_identity
 
 # Small, so the producer id arrives soon after init_transactions(); its cost is one
 # JSON document every 50 ms per producer (measured: docs/benchmarks.md).
 _STATS_INTERVAL_MS = 50
-
-
-def task_identity(default_query: Optional[str], default_batch: Optional[int]) -> tuple:
-    """(query id, batch id, partition, attempt) of the running Spark task."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        return default_query, default_batch, 0, 0
-    batch = ctx.getLocalProperty("streaming.sql.batchId")
-    query = ctx.getLocalProperty("sql.streaming.queryId")
-    return (query or default_query, int(batch) if batch not in (None, "") else default_batch,
-            ctx.partitionId(), ctx.attemptNumber())
 
 
 class _Delivery:

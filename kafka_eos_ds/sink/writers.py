@@ -1,23 +1,18 @@
 """The Spark side of the sink: stream and batch writers (driver and task entry points).
 
-Spark calls these in several processes (DESIGN §3): a planner builds the writer and
-pickles it to the tasks; each task calls ``write``; for streaming queries a *fresh*
-writer (``streamWriter()`` again, never pickled) runs ``commit``/``abort``; for batch
-jobs the pickled planner's writer runs them. Recovery must happen before any task gets
-the writer, and never in the commit process (it would fence the batch being
-committed), so it runs when the writer is first pickled: on the planner, once per
-batch, before the tasks exist (docs/decisions.md).
+The skeleton shared with other transactional sinks (recovery when the writer is first
+pickled, routing commit/abort to the two-phase committer, the Arrow writer bases) is
+:mod:`kafka_eos_ds.twophase.spark_writers`; this module adds Kafka's checks and ports.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import uuid
 from typing import Any, Iterator, List, Mapping, Optional
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
@@ -31,31 +26,24 @@ from kafka_eos_ds.sink.participants import KafkaTransactions
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.protocol import DoneMark
-
-try:  # pyspark >= 4.1: the task receives pyarrow.RecordBatch (4x faster than rows)
-    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchBase
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
-except ImportError:  # pyspark 4.0: rows
-    _BatchBase, _StreamBase = DataSourceWriter, DataSourceStreamWriter  # type: ignore[misc]
+from kafka_eos_ds.twophase.spark_writers import BatchWriterBase as _BatchBase
+from kafka_eos_ds.twophase.spark_writers import StreamWriterBase as _StreamBase
+from kafka_eos_ds.twophase.spark_writers import TwoPhaseSparkDriver
 
 log = logging.getLogger(__name__)
 
 
-class _SinkDriver:
-    """What both writers share: config, recovery on first pickling, commit and abort."""
+class _SinkDriver(TwoPhaseSparkDriver):
+    """What both writers share: config, Kafka checks and ports (recovery on first pickling,
+    commit and abort come from :class:`TwoPhaseSparkDriver`)."""
+
+    _message_type = KafkaCommitMessage
 
     def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
         self._config = SinkConfig.from_options(options, schema)
         self._commit_timeout_s = (Options(options).get_int("commitTimeoutMs", 120_000, minimum=1000) or 0) / 1000
         self._mark: Optional[DoneMark] = None
         self.recovery_seconds: Optional[float] = None
-
-    def __getstate__(self) -> dict:
-        if self._mark is None:
-            started = time.monotonic()
-            self._mark = self._prepare()
-            self.recovery_seconds = time.monotonic() - started
-        return dict(self.__dict__)
 
     def _prepare(self) -> DoneMark:
         """Check the topic, then finish or abort what earlier runs left (exactly_once)."""
@@ -85,21 +73,8 @@ class _SinkDriver:
     def _write(self, iterator: Iterator[Any], query: Optional[str], batch: Optional[int]) -> KafkaCommitMessage:
         return write_partition(self._config, self._mark or DoneMark(), iterator, query, batch)
 
-    def _commit(self, messages: List[Optional[WriterCommitMessage]], batch_id: int, query: Optional[str]) -> None:
-        if not self._config.exactly_once:
-            return
-        msgs = [m for m in messages if isinstance(m, KafkaCommitMessage)]
-        query = next((m.query_id for m in msgs if m.query_id), None) or query or ""
-        with self._committer() as committer:
-            committer.commit(query, batch_id, [m.participant() for m in msgs])
-
-    def _abort(self, messages: List[Optional[WriterCommitMessage]], batch_id: int, query: Optional[str]) -> None:
-        if not self._config.exactly_once:
-            return
-        msgs = [m for m in messages if isinstance(m, KafkaCommitMessage)]
-        query = next((m.query_id for m in msgs if m.query_id), None) or query
-        with self._committer() as committer:
-            committer.abort(query, batch_id, [m.participant() for m in msgs])
+    def _two_phase(self) -> bool:
+        return self._config.exactly_once
 
 
 class KafkaStreamWriter(_SinkDriver, _StreamBase):

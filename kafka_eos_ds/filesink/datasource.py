@@ -1,0 +1,40 @@
+"""The ``kafka_eos_file`` data source: an exactly-once file sink (write only)."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.types import StructType
+
+
+class KafkaEosFileDataSource(DataSource):
+    """Exactly-once Parquet / JSON-lines files from Spark, on the project's two-phase commit.
+
+    Options
+    -------
+    path : str
+        Output directory: a local path or a ``file:`` URI (required).
+    fileFormat : {"parquet", "jsonl"}
+        File format (default parquet).
+    commitTimeoutMs : int
+        How long the driver retries a commit before failing the batch (default 120000).
+
+    Examples
+    --------
+    >>> q = (df.writeStream.format("kafka_eos_file").option("path", "/data/out")
+    ...      .option("checkpointLocation", "/ckpt/out").start())
+    >>> df.write.format("kafka_eos_file").mode("append").save("/data/out")
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafka_eos_file"
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from kafka_eos_ds.filesink.writers import FileBatchWriter
+
+        return FileBatchWriter(schema, self.options, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from kafka_eos_ds.filesink.writers import FileStreamWriter
+
+        return FileStreamWriter(schema, self.options, overwrite)

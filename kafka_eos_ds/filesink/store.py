@@ -1,0 +1,110 @@
+"""The file sink's two ports of :mod:`kafka_eos_ds.twophase`: decisions and participants.
+
+:class:`FileDecisionLog` keeps the latest decision in ``_kafka_eos/decision.json``,
+replaced atomically (temp file, fsync, ``os.replace``, fsync of the directory), so a
+restarted driver reads either the old or the new decision, never half of one.
+
+:class:`FileParticipants` treats each pending file as a participant: commit = atomic
+rename to its final name; fence = delete the id's in-progress and pending files;
+open ids = the names in ``in-progress/`` and ``pending/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Optional, Sequence
+
+from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.filesink.layout import FileId, Layout
+from kafka_eos_ds.twophase.protocol import Decision, Outcome, Participant
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink in ``path`` durable (POSIX: fsync the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileDecisionLog:
+    """The latest commit decision of one sink directory, as a JSON file."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+    def latest(self) -> Optional[Decision]:
+        try:
+            text = self.layout.decision.read_text()
+        except FileNotFoundError:
+            return None
+        return Decision.from_json(json.loads(text))
+
+    def write(self, decision: Decision) -> None:
+        target = self.layout.decision
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        with open(temp, "w") as f:
+            json.dump(decision.to_json(), f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, target)
+        fsync_dir(target.parent)
+
+
+class FileParticipants:
+    """Commits, fences and lists the staged files of one sink directory."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+    def commit(self, participant: Participant) -> Outcome:
+        pending = self.layout.resolve(participant.handle["pending"])
+        final = self.layout.resolve(participant.handle["final"])
+        pending_there, final_there = pending.exists(), final.exists()
+        if pending_there and final_there:
+            # Renaming would replace a committed file: refuse rather than lose rows.
+            raise TransactionError(f"Cannot commit {participant.id}: its final file '{final}' already exists. "
+                                   "Another query or batch write is writing the same directory with the same "
+                                   "query id; give each query its own 'path'.")
+        if pending_there:
+            os.rename(pending, final)
+            fsync_dir(final.parent)
+            return Outcome.COMMITTED
+        # Pending gone: renamed by an earlier commit (final there), or fenced (lost).
+        return Outcome.COMMITTED if final_there else Outcome.LOST
+
+    def fence(self, participant_id: str) -> None:
+        for directory in (self.layout.in_progress_dir, self.layout.pending_dir):
+            for path in directory.glob(f"{participant_id}.*"):
+                # A writer still appending to an unlinked in-progress file fails at its
+                # rename to pending: a zombie can never pre-commit after this.
+                path.unlink(missing_ok=True)
+            if directory.exists():
+                fsync_dir(directory)
+
+    def superseded(self, participant: Participant) -> Sequence[str]:
+        fid = FileId.parse(participant.id) if participant.id else None
+        if fid is None:
+            return ()
+        return [str(f) for f in fid.earlier_attempts()]
+
+    def open_ids(self) -> Sequence[str]:
+        ids = set()
+        for directory in (self.layout.in_progress_dir, self.layout.pending_dir):
+            if not directory.exists():
+                continue
+            for path in directory.iterdir():
+                fid = FileId.parse(path.name)
+                if fid is not None:
+                    ids.add(str(fid))
+        return sorted(ids)
+
+    def lost_message(self, participants: Sequence[Participant]) -> str:
+        return (f"Their pending files under '{self.layout.pending_dir}' were deleted before the commit renamed "
+                "them (another writer of the same directory recovering, or a manual clean-up). Give each query "
+                "its own 'path', never delete '_kafka_eos' while a query runs, and re-process the affected input.")

@@ -1,0 +1,161 @@
+"""The executor side of the file sink: Arrow batches -> one in-progress file -> pending.
+
+A task of batch N writes its rows to ``_kafka_eos/in-progress/<id>.<ext>`` (opened at
+the first row, so an empty task creates nothing). Pre-commit closes the file, fsyncs
+it, renames it to ``_kafka_eos/pending/<id>.<ext>`` and fsyncs the directory: from
+then on the file survives any crash but no reader of DIR sees it. The commit message
+names the pending file and the final name the driver will rename it to.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.layout import FileId, query_token
+from kafka_eos_ds.filesink.store import fsync_dir
+from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.twophase.protocol import DoneMark, Participant
+from kafka_eos_ds.twophase.spark_writers import task_identity
+
+
+@dataclass
+class FileCommitMessage(WriterCommitMessage):
+    """One task's pre-committed file (``records`` 0: no file; ``skipped``: batch already decided)."""
+
+    query_id: Optional[str]
+    batch_id: Optional[int]
+    file_id: str
+    partition: int
+    attempt: int
+    records: int
+    pending: str = ""  # relative to the sink directory
+    final: str = ""
+    skipped: bool = False
+
+    def participant(self) -> Participant:
+        return Participant(self.file_id, self.partition, self.attempt, self.records,
+                           {"pending": self.pending, "final": self.final})
+
+
+def write_files(config: FileSinkConfig, mark: DoneMark, items: Iterable[Any], schema: Any,
+                default_query: Optional[str] = None, default_batch: Optional[int] = None) -> FileCommitMessage:
+    query, batch, partition, attempt = task_identity(default_query, default_batch)
+    fid = FileId(query_token(query), int(batch or 0), partition, attempt)
+    if mark.covers(query, batch):
+        # This batch was decided before a restart: its files are already final.
+        for _ in items:
+            pass
+        return FileCommitMessage(query, batch, str(fid), partition, attempt, 0, skipped=True)
+    layout = config.layout
+    writer = _FileWriter(config.file_format, layout.in_progress(fid), schema)
+    try:
+        records = writer.write_all(items)
+        faults.check("task-before-precommit", batch=batch, partition=partition, attempt=attempt)
+        if records == 0:
+            return FileCommitMessage(query, batch, str(fid), partition, attempt, 0)
+        pending = layout.pending(fid)
+        writer.pre_commit(pending)
+    except BaseException:
+        writer.abort()
+        raise
+    faults.check("task-after-precommit", batch=batch, partition=partition, attempt=attempt)
+    return FileCommitMessage(query, batch, str(fid), partition, attempt, records, layout.relative(pending),
+                             layout.relative(layout.final(fid)))
+
+
+class _FileWriter:
+    """One task's in-progress file; created at the first row."""
+
+    def __init__(self, file_format: str, path: Path, schema: Any) -> None:
+        self.file_format = file_format
+        self.path = path
+        self.spark_schema = schema
+        self.records = 0
+        self._file: Any = None
+        self._parquet: Any = None
+
+    def write_all(self, items: Iterable[Any]) -> int:
+        rows: list = []
+        for item in items:
+            if hasattr(item, "num_columns"):
+                self._write_batch(item)
+            else:  # pyspark 4.0 hands rows
+                rows.append(item.asDict(recursive=True) if hasattr(item, "asDict") else item)
+                if len(rows) >= 10_000:
+                    self._write_rows(rows)
+                    rows = []
+        if rows:
+            self._write_rows(rows)
+        return self.records
+
+    def _write_rows(self, rows: list) -> None:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self._write_batch(pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.spark_schema)))
+
+    def _write_batch(self, batch: Any) -> None:
+        if batch.num_rows == 0:
+            return
+        if self._file is None:
+            # Exclusive create: a leftover writer of the same id (its old run's worker
+            # still alive) makes this attempt fail and be retried under a new id, rather
+            # than two writers sharing one file.
+            self._file = open(self.path, "xb")
+        if self.file_format == "parquet":
+            import pyarrow.parquet as pq
+
+            if self._parquet is None:
+                self._parquet = pq.ParquetWriter(self._file, batch.schema)
+            self._parquet.write_batch(batch)
+        else:
+            lines = (json.dumps(row, default=_json_value, ensure_ascii=False) for row in batch.to_pylist())
+            self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
+        self.records += batch.num_rows
+
+    def pre_commit(self, pending: Path) -> None:
+        self._close(sync=True)
+        # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
+        os.rename(self.path, pending)
+        fsync_dir(pending.parent)
+
+    def abort(self) -> None:
+        opened = self._file is not None
+        try:
+            self._close(sync=False)
+        finally:
+            if opened:  # never delete a file this attempt did not create
+                self.path.unlink(missing_ok=True)
+
+    def _close(self, sync: bool) -> None:
+        parquet, self._parquet = self._parquet, None
+        file, self._file = self._file, None
+        try:
+            if parquet is not None:
+                parquet.close()  # writes the footer; leaves our file object open
+            if file is not None and sync:
+                file.flush()
+                os.fsync(file.fileno())
+        finally:
+            if file is not None:
+                file.close()
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")  # as Spark's JSON writer does
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
