@@ -5,8 +5,9 @@ records: under ``read_committed`` transaction markers and aborted records occupy
 offsets, so ``[from, until)`` may hold fewer records than ``until - from`` and its last
 offsets may be markers. The loop therefore stops on whichever comes first: a record at
 or beyond ``until``, the consumer position reaching ``until``, or a partition-EOF event
-at or beyond ``until``. Memory stays flat: records are consumed in chunks and yielded
-as batches of at most ``batch_records`` rows (or ~32 MiB).
+at or beyond ``until``. Memory stays flat: each ``consume()`` call returns at most
+``batch_records`` records, never more than librdkafka's prefetch queue holds
+(``queued.max.messages.kbytes``), and becomes one Arrow batch that is yielded at once.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from kafka_eos_ds.source.schema import arrow_schema
 
 log = logging.getLogger(__name__)
 
-_MAX_BATCH_BYTES = 32 * 1024 * 1024
-_CONSUME_CHUNK = 5_000
 _POLL_S = 0.05  # short: the end of a range that holds only markers is seen by polling position
 
 
@@ -85,13 +84,11 @@ class _RangeReader:
         r = self.range
         self.consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
         position = r.from_offset
-        pending: list = []
-        pending_rows = pending_bytes = 0
         last_progress = time.monotonic()
         while position < r.until_offset:
             # consume() waits until it has num_messages or the timeout passes: never ask
             # for more than the range can still hold, or the range's end costs a timeout.
-            wanted = max(1, min(_CONSUME_CHUNK, r.until_offset - position))
+            wanted = max(1, min(self.config.batch_records, r.until_offset - position))
             messages = self.consumer.consume(num_messages=wanted, timeout=_POLL_S)
             records = messages
             if any(map(Message.error, messages)):  # rare: EOF and error events
@@ -106,10 +103,9 @@ class _RangeReader:
                     position = r.until_offset
                 if records:
                     position = max(position, records[-1].offset() + 1)
-                    chunk = self._chunk(records)
-                    pending.append(chunk)
-                    pending_rows += chunk.num_rows
-                    pending_bytes += chunk.nbytes
+                    # One consume() call -> one batch, yielded as is: concatenating
+                    # would copy every value once more.
+                    yield self._chunk(records)
                 last_progress = time.monotonic()
             if position < r.until_offset:
                 # Trailing markers / aborted records: the position moves past them
@@ -117,17 +113,11 @@ class _RangeReader:
                 current = self.consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
                 if current >= r.until_offset:
                     position = r.until_offset
-            if pending and (pending_rows >= self.config.batch_records or pending_bytes >= _MAX_BATCH_BYTES
-                            or position >= r.until_offset):
-                yield pending[0] if len(pending) == 1 else self.pa.concat_batches(pending)
-                pending, pending_rows, pending_bytes = [], 0, 0
             if time.monotonic() - last_progress > self.config.poll_timeout_ms / 1000.0:
                 raise KafkaClientError(
                     f"Timed out after {self.config.poll_timeout_ms} ms reading {r.topic}-{r.partition} at offset "
                     f"{position} (range ends at {r.until_offset}); raise kafkaConsumer.pollTimeoutMs if the "
                     "cluster is slow.", retriable=True)
-        if pending:
-            yield pending[0] if len(pending) == 1 else self.pa.concat_batches(pending)
 
     def _on_event(self, message: Any, position: int) -> int:
         """Handle an error event; return the position it proves (or the current one)."""
