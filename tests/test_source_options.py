@@ -178,3 +178,12 @@ def test_bad_booleans_and_numbers_name_the_option():
         stream(subscribe="a", failOnDataLoss="maybe")
     with pytest.raises(ConfigError, match="'minPartitions' must be a whole number"):
         stream(subscribe="a", minPartitions="many")
+
+
+def test_unknown_client_setting_is_a_config_error_without_secrets():
+    from kafka_eos_ds.source.metadata import KafkaMetadata
+
+    o = stream(subscribe="a", **{"kafka.sasl.jaas.config": "x", "kafka.sasl.password": "hunter2"})
+    with pytest.raises(ConfigError, match="sasl.jaas.config") as failure:
+        KafkaMetadata(o).admin()
+    assert "hunter2" not in str(failure.value) and "[redacted]" in str(failure.value)
