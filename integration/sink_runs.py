@@ -37,13 +37,16 @@ def seed(bootstrap: str, topic: str, records: int, keys: int = 16) -> None:
 
 def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, prefix: str, *,
                  fault: Optional[str] = None, sink_options: Sequence[str] = (), max_offsets: int = 150,
-                 timeout: float = 150.0, log_dir: Optional[Path] = None) -> Run:
-    """One driver run with ``availableNow`` (drain IN, then exit); killed after ``timeout``."""
+                 timeout: float = 150.0, log_dir: Optional[Path] = None, sink_format: str = "kafka_eos") -> Run:
+    """One driver run with ``availableNow`` (drain IN, then exit); killed after ``timeout``.
+
+    ``sink_format="kafka_eos_file"`` writes files instead (pass ``path=DIR`` in
+    ``sink_options``; the output topic is then unused)."""
     cmd = [sys.executable, "-m", "kafka_eos_ds.demo.job", "--bootstrap", bootstrap, "--input", input_topic,
            "--output", output_topic, "--checkpoint", checkpoint, "--prefix", prefix,
            "--max-offsets", str(max_offsets), "--available-now",
            # local[2,3]: a failed task is retried (attempt 1, 2), as on a cluster.
-           "--master", "local[2,3]"]
+           "--master", "local[2,3]", "--sink-format", sink_format]
     for option in sink_options:
         cmd += ["--sink-option", option]
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_EOS_FAULT"}
@@ -71,3 +74,46 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
     if rc is None:
         raise TimeoutError(f"pipeline run did not finish in {timeout}s; log {log_file}:\n{text[-3000:]}")
     return Run(rc, text, time.monotonic() - started)
+
+
+@dataclass
+class FileAudit:
+    """What a directory written by ``format("kafka_eos_file")`` holds, by record id."""
+
+    expected: int
+    ids: list
+    leftovers: list  # names still in _kafka_eos/in-progress or _kafka_eos/pending
+
+    @property
+    def duplicates(self) -> list:
+        from collections import Counter
+
+        return sorted(i for i, n in Counter(self.ids).items() if n > 1)
+
+    @property
+    def losses(self) -> list:
+        return sorted(set(range(self.expected)) - set(self.ids))
+
+    @property
+    def ok(self) -> bool:
+        return not self.duplicates and not self.losses and len(self.ids) == self.expected
+
+    def __str__(self) -> str:
+        return (f"rows={len(self.ids)} expected={self.expected} duplicates={self.duplicates[:10]} "
+                f"losses={self.losses[:10]} leftovers={self.leftovers}")
+
+
+def audit_files(directory: str, expected: int, id_column: str = "value", separator: str = "|") -> FileAudit:
+    """Read the final files as a reader of the directory would (pyarrow skips ``_*`` names)
+    and collect the record ids (the value's prefix before ``separator``)."""
+    import pyarrow.dataset as ds
+
+    root = Path(directory)
+    ids: list = []
+    if any(root.glob("part-*")):
+        for value in ds.dataset(str(root), format="parquet").to_table(columns=[id_column]).column(0).to_pylist():
+            text = value.decode() if isinstance(value, bytes) else value
+            ids.append(int(text.split(separator, 1)[0]))
+    leftovers = sorted(p.name for sub in ("in-progress", "pending")
+                       for p in (root / "_kafka_eos" / sub).glob("*"))
+    return FileAudit(expected, ids, leftovers)

@@ -1,0 +1,190 @@
+"""The exactly-once file sink with real Spark (and a real Kafka topic as the input).
+
+First the plain paths (a streaming query, a batch write, bad options), then crash
+injection (DESIGN §2, points 1-5 and 9): the pipeline of :mod:`kafka_eos_ds.demo.job`
+(kafka_eos source -> upper(value) -> ``format("kafka_eos_file")``) runs as a driver
+subprocess, a fault hits one exact point of batch 1, the pipeline restarts from the
+same checkpoint without the fault, and the directory is audited: every input record
+exactly once in the final files, nothing left in ``_kafka_eos/in-progress`` or
+``_kafka_eos/pending``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from integration.sink_runs import audit_files, run_pipeline, seed
+
+RECORDS = 600        # 2 input partitions, 150 offsets per batch -> batches 0..3
+BATCH = 150
+
+
+# -- plain writes ----------------------------------------------------------------
+
+def test_streaming_query_writes_each_record_once_and_readers_see_only_final_files(spark, kafka, new_topic,
+                                                                                   tmp_path):
+    topic = new_topic(2, prefix="fin")
+    seed(kafka.bootstrap, topic, 400)
+    out = tmp_path / "out"
+    q = (spark.readStream.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
+         .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100")
+         .load().selectExpr("key", "cast(value as string) as value")
+         .writeStream.format("kafka_eos_file").option("path", str(out))
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    report = audit_files(str(out), 400)
+    assert report.ok and report.leftovers == [], report
+    finals = sorted(p.name for p in out.glob("part-*"))
+    assert len(finals) == 8 and all(n.endswith(".parquet") for n in finals)  # 4 batches x 2 tasks
+    # Spark's own reader of DIR sees the final files only (it skips '_kafka_eos').
+    assert spark.read.parquet(str(out)).count() == 400
+    assert (out / "_kafka_eos" / "decision.json").exists()
+
+
+def test_batch_write_appends_files_atomically_in_both_formats(spark, tmp_path):
+    out = tmp_path / "out"
+    df = spark.range(0, 1000).selectExpr("id", "cast(id as string) as s").repartition(3)
+    df.write.format("kafka_eos_file").mode("append").option("path", f"file://{out}").save()
+    assert spark.read.parquet(str(out)).count() == 1000
+    assert len(list(out.glob("part-*.parquet"))) == 3
+    df.write.format("kafka_eos_file").mode("append").option("fileFormat", "jsonl").save(str(out / "json"))
+    got = spark.read.json(str(out / "json"))
+    assert sorted(r.id for r in got.collect()) == list(range(1000))
+    # Two batch writes never collide: each has its own write id in its file names.
+    df.write.format("kafka_eos_file").mode("append").option("path", str(out)).save()
+    assert spark.read.parquet(str(out)).count() == 2000
+    assert not list((out / "_kafka_eos" / "pending").iterdir())
+
+
+@pytest.mark.parametrize("options, named", [
+    ({}, "'path'"),
+    ({"path": "s3a://bucket/out"}, "'path'"),
+    ({"fileFormat": "csv"}, "'fileFormat'"),
+])
+def test_bad_options_fail_before_anything_is_written(spark, tmp_path, options, named):
+    out = tmp_path / "out"
+    opts = {"path": str(out), **options} if "path" not in options and options != {} else options
+    writer = spark.range(0, 10).write.format("kafka_eos_file").mode("append").options(**opts)
+    with pytest.raises(Exception, match=named) as info:
+        writer.save()
+    assert "ConfigError" in str(info.value)
+    assert not out.exists()
+
+
+def test_overwrite_mode_is_refused(spark, tmp_path):
+    with pytest.raises(Exception, match="overwrite"):
+        spark.range(0, 10).write.format("kafka_eos_file").mode("overwrite").save(str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+# -- crash injection -----------------------------------------------------------------
+
+@pytest.fixture
+def files(kafka, new_topic, tmp_path):
+    """Topic IN (seeded), an output directory, a checkpoint, and helpers bound to them."""
+    input_topic = new_topic(2, prefix="fin")
+    seed(kafka.bootstrap, input_topic, RECORDS)
+
+    class F:
+        out = tmp_path / "out"
+        checkpoint = str(tmp_path / "checkpoint")
+
+        @staticmethod
+        def run(fault=None):
+            return run_pipeline(kafka.bootstrap, input_topic, "unused", F.checkpoint, "unused", fault=fault,
+                                max_offsets=BATCH, log_dir=tmp_path / "logs", sink_format="kafka_eos_file",
+                                sink_options=[f"path={F.out}"])
+
+        @staticmethod
+        def audit():
+            return audit_files(str(F.out), RECORDS)
+
+        @staticmethod
+        def visible():
+            return len(F.audit().ids)
+
+        @staticmethod
+        def pending():
+            return sorted(p.name for p in (F.out / "_kafka_eos" / "pending").glob("*"))
+
+    return F
+
+
+def _crashed(run):
+    assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
+
+
+def _finishes_exactly_once(f):
+    run = f.run()
+    assert run.returncode == 0, run.log[-3000:]
+    report = f.audit()
+    assert report.ok, report
+    assert report.leftovers == [], report  # recovery cleaned every in-progress and pending file
+
+
+def test_1_task_dies_before_precommit_is_retried_and_its_file_deleted(files):
+    run = files.run("task-before-precommit@1#0!0")
+    assert run.returncode == 0, run.log[-3000:]
+    report = files.audit()
+    assert report.ok and report.leftovers == [], report
+    # Attempt 1 of partition 0 won; attempt 0's in-progress file was deleted at commit.
+    assert len(list(files.out.glob("part-00001-00000-*.parquet"))) == 1
+
+
+def test_2_driver_dies_before_the_decision_deletes_the_batch_files(files):
+    _crashed(files.run("driver-before-decision@1"))
+    assert files.visible() == BATCH                  # batch 0 only
+    assert len(files.pending()) == 2                 # batch 1's pre-committed files
+    _finishes_exactly_once(files)
+
+
+def test_3_driver_dies_after_committing_some_files(files):
+    _crashed(files.run("driver-after-first-commit@1"))
+    assert BATCH < files.visible() < 2 * BATCH       # batch 0 and part of batch 1
+    assert len(files.pending()) == 1                 # the decided one not yet renamed
+    _finishes_exactly_once(files)
+
+
+def test_4_driver_dies_after_all_renames_before_sparks_commit_log(files):
+    _crashed(files.run("driver-after-all-commits@1"))
+    assert files.visible() == 2 * BATCH and files.pending() == []
+    _finishes_exactly_once(files)                    # the re-run of batch 1 writes nothing
+
+
+def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(files):
+    run = files.run("commit-raise@1")
+    assert run.returncode != 0 and "injected fault at commit-raise" in run.log, run.log[-3000:]
+    assert BATCH < files.visible() < 2 * BATCH
+    assert len(files.pending()) == 1                 # abort() kept the decided, unrenamed file
+    _finishes_exactly_once(files)
+
+
+def test_9_zombie_files_never_become_final(files):
+    # A zombie of an earlier run: an in-progress and a pending file under ids of the sink.
+    staging = files.out / "_kafka_eos"
+    for sub, name in (("in-progress", "deadbeef-1-0-0.parquet"), ("pending", "deadbeef-1-1-3.parquet")):
+        (staging / sub).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pq.read_table(_zombie_table(staging)), staging / sub / name)
+    _finishes_exactly_once(files)
+    finals = sorted(p.name for p in files.out.glob("part-*"))
+    # A zombie that pre-commits after the query's last recovery, under an id of the query:
+    query = finals[0].rsplit("-", 1)[1].split(".")[0]
+    late = staging / "pending" / f"{query}-1-0-0.parquet"
+    pq.write_table(pq.read_table(_zombie_table(staging)), late)
+    run = files.run()  # nothing left to read: a restart only recovers
+    assert run.returncode == 0, run.log[-3000:]
+    assert sorted(p.name for p in files.out.glob("part-*")) == finals
+    report = files.audit()
+    assert report.ok and report.leftovers == [], report
+
+
+def _zombie_table(staging: Path) -> Path:
+    import pyarrow as pa
+
+    path = staging / ".zombie-source.parquet"
+    pq.write_table(pa.table({"key": [b"k"], "value": ["999999|ZOMBIE"]}), path)
+    return path
