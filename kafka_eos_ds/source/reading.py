@@ -5,9 +5,10 @@ records: under ``read_committed`` transaction markers and aborted records occupy
 offsets, so ``[from, until)`` may hold fewer records than ``until - from`` and its last
 offsets may be markers. The loop therefore stops on whichever comes first: a record at
 or beyond ``until``, the consumer position reaching ``until``, or a partition-EOF event
-at or beyond ``until``. Memory stays flat: each ``consume()`` call returns at most
-``batch_records`` records, never more than librdkafka's prefetch queue holds
-(``queued.max.messages.kbytes``), and becomes one Arrow batch that is yielded at once.
+at or beyond ``until``. Memory stays flat: a batch holds at most ``batch_records``
+records (collected over as many ``consume()`` calls as needed and converted to Arrow
+once, without concatenation copies), on top of librdkafka's bounded prefetch queue
+(``queued.max.messages.kbytes``).
 """
 
 from __future__ import annotations
@@ -65,9 +66,8 @@ def _consumer(config: ReadConfig):
 
 class _RangeReader:
     def __init__(self, consumer: Any, rng: OffsetRange, config: ReadConfig) -> None:
-        import pyarrow as pa
-
         import numpy as np
+        import pyarrow as pa
 
         self.pa, self.np = pa, np
         self.consumer = consumer
@@ -84,11 +84,12 @@ class _RangeReader:
         r = self.range
         self.consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
         position = r.from_offset
+        pending: list = []  # messages of the next batch; one Arrow build, no concatenation
         last_progress = time.monotonic()
         while position < r.until_offset:
             # consume() waits until it has num_messages or the timeout passes: never ask
             # for more than the range can still hold, or the range's end costs a timeout.
-            wanted = max(1, min(self.config.batch_records, r.until_offset - position))
+            wanted = max(1, min(self.config.batch_records - len(pending), r.until_offset - position))
             messages = self.consumer.consume(num_messages=wanted, timeout=_POLL_S)
             records = messages
             if any(map(Message.error, messages)):  # rare: EOF and error events
@@ -103,9 +104,7 @@ class _RangeReader:
                     position = r.until_offset
                 if records:
                     position = max(position, records[-1].offset() + 1)
-                    # One consume() call -> one batch, yielded as is: concatenating
-                    # would copy every value once more.
-                    yield self._chunk(records)
+                    pending.extend(records)
                 last_progress = time.monotonic()
             if position < r.until_offset:
                 # Trailing markers / aborted records: the position moves past them
@@ -113,6 +112,11 @@ class _RangeReader:
                 current = self.consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
                 if current >= r.until_offset:
                     position = r.until_offset
+            # consume() returns what arrived within its timeout, often a few hundred
+            # records; Spark pays per batch, so batches are filled up to batch_records.
+            if pending and (len(pending) >= self.config.batch_records or position >= r.until_offset):
+                yield self._chunk(pending)
+                pending = []
             if time.monotonic() - last_progress > self.config.poll_timeout_ms / 1000.0:
                 raise KafkaClientError(
                     f"Timed out after {self.config.poll_timeout_ms} ms reading {r.topic}-{r.partition} at offset "
