@@ -16,9 +16,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from integration.helpers import produce
 from integration.sink_runs import audit_files, run_pipeline, seed
 
-RECORDS = 600        # 2 input partitions, 150 offsets per batch -> batches 0..3
+RECORDS = 450        # 2 input partitions, 150 offsets per batch -> batches 0..2
 BATCH = 150
 
 
@@ -40,7 +41,12 @@ def test_streaming_query_writes_each_record_once_and_readers_see_only_final_file
     assert report.ok and report.leftovers == [], report
     finals = sorted(p.name for p in out.glob("part-*"))
     assert len(finals) == 8 and all(n.endswith(".parquet") for n in finals)  # 4 batches x 2 tasks
-    # Spark's own reader of DIR sees the final files only (it skips '_kafka_eos').
+    # Spark's own reader of DIR sees the final files only: it skips '_kafka_eos', even
+    # while that holds staged files (copies of a final file here).
+    import shutil
+
+    shutil.copy(out / finals[0], out / "_kafka_eos" / "pending" / "deadbeef-9-0-0.parquet")
+    shutil.copy(out / finals[0], out / "_kafka_eos" / "in-progress" / "deadbeef-9-1-0.parquet")
     assert spark.read.parquet(str(out)).count() == 400
     assert (out / "_kafka_eos" / "decision.json").exists()
 
@@ -90,6 +96,8 @@ def files(kafka, new_topic, tmp_path):
     seed(kafka.bootstrap, input_topic, RECORDS)
 
     class F:
+        input = input_topic
+        bootstrap = kafka.bootstrap
         out = tmp_path / "out"
         checkpoint = str(tmp_path / "checkpoint")
 
@@ -100,8 +108,8 @@ def files(kafka, new_topic, tmp_path):
                                 sink_options=[f"path={F.out}"])
 
         @staticmethod
-        def audit():
-            return audit_files(str(F.out), RECORDS)
+        def audit(expected=RECORDS):
+            return audit_files(str(F.out), expected)
 
         @staticmethod
         def visible():
@@ -175,10 +183,12 @@ def test_9_zombie_files_never_become_final(files):
     query = finals[0].rsplit("-", 1)[1].split(".")[0]
     late = staging / "pending" / f"{query}-1-0-0.parquet"
     pq.write_table(pq.read_table(_zombie_table(staging)), late)
-    run = files.run()  # nothing left to read: a restart only recovers
+    # It stays invisible; the next batch's recovery (more input arrives) deletes it.
+    produce(files.bootstrap, files.input, [f"{i}|record {i}".encode() for i in range(RECORDS, RECORDS + 10)])
+    run = files.run()
     assert run.returncode == 0, run.log[-3000:]
-    assert sorted(p.name for p in files.out.glob("part-*")) == finals
-    report = files.audit()
+    assert set(finals) < {p.name for p in files.out.glob("part-*")}  # old finals untouched, new ones added
+    report = files.audit(RECORDS + 10)
     assert report.ok and report.leftovers == [], report
 
 
@@ -188,3 +198,25 @@ def _zombie_table(staging: Path) -> Path:
     path = staging / ".zombie-source.parquet"
     pq.write_table(pa.table({"key": [b"k"], "value": ["999999|ZOMBIE"]}), path)
     return path
+
+
+def test_installed_file_sink_is_discovered_without_register(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent("""
+        import sys
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+        spark.range(0, 5).write.format("kafka_eos_file").mode("append").save(sys.argv[1])
+        print("ROWS=%d" % spark.read.parquet(sys.argv[1]).count())
+        spark.stop()
+    """))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    proc = subprocess.run([sys.executable, str(job), str(tmp_path / "out")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ROWS=5" in proc.stdout
