@@ -42,7 +42,7 @@ def sink_write(spark, fmt: str, bootstrap: str, records: int, size: int, out_top
     df = (spark.range(0, records, 1, partitions)
           .selectExpr("cast(id % 1000 as string) as key",
                       f"concat(cast(id as string), '|', repeat('x', {max(size - 12, 1)})) as value"))
-    writer = df.write.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
+    writer = df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
     if fmt == EOS:
         writer = writer.option("deliveryGuarantee", guarantee).option("transactionalIdPrefix",
                                                                         f"bench-{uuid.uuid4().hex[:8]}")
