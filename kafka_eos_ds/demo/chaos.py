@@ -165,9 +165,21 @@ class _Pipeline:
         self.plan, self.input_topic, self.output_topic = plan, input_topic, output_topic
         self.proc = None
         self.runs = 0
+        self.self_exits = 0
+        self.killed = False
+
+    # A run may fail by itself after a broker bounce (it must then fail cleanly and the
+    # restart must keep exactly-once); a run that keeps failing is a broken pipeline.
+    MAX_SELF_EXITS = 4
 
     def ensure_running(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None and not self.killed:
+                self.self_exits += 1
+                if self.self_exits >= self.MAX_SELF_EXITS:
+                    raise RuntimeError(f"the pipeline failed {self.self_exits} times by itself; last log "
+                                       f"{self.log(self.runs)}:\n{_error_tail(self.log(self.runs))}")
+            self.killed = False
             self.runs += 1
             self.proc = processes.start(_job_cmd(self.plan, self.input_topic, self.output_topic, False),
                                         self.log(self.runs))
@@ -181,6 +193,7 @@ class _Pipeline:
         if self.proc is None or self.proc.poll() is not None:
             return 0
         victims = [self.proc.pid, *processes.descendants(self.proc.pid)]
+        self.killed = True
         if hard:
             processes.kill_tree(self.proc.pid)
         else:
@@ -248,6 +261,16 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
         tail.join(10)
     return ChaosResult(report, done, pipeline.runs, time.monotonic() - started, tail.duplicates,
                        sum(tail.ids.values()), input_topic, output_topic)
+
+
+def _error_tail(log: Path, lines: int = 12) -> str:
+    try:
+        text = [l for l in log.read_text(errors="replace").splitlines()
+                if "rdkafka" not in l and not l.lstrip().startswith("at ")]
+    except OSError:
+        return "(no log)"
+    errors = [l for l in text if "Error" in l or "Exception" in l]
+    return "\n".join((errors or text)[-lines:])
 
 
 def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress,
