@@ -53,7 +53,8 @@ def _spark_env() -> dict[str, str]:
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=cwd, env=_spark_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    causes = [line for line in proc.stderr.splitlines() if "Exception:" in line or "Error:" in line]
+    assert proc.returncode == 0, "\n".join(causes[-10:]) + "\n---\n" + proc.stderr[-3000:]
     return proc
 
 
