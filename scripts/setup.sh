@@ -18,7 +18,10 @@ fi
 stamp=.venv/.kafka-eos-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test]'
+  # compat mode: a .pth file puts the checkout on sys.path, so Spark's discovery
+  # (pkgutil.iter_modules) sees the top-level pyspark_* shims; the default editable
+  # mode hides them behind an import hook.
+  .venv/bin/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
   touch "$stamp"
 fi
 # Fetch (or find cached) the broker jars for both pinned Kafka lines.
