@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Any, Iterator, List, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
-from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError
@@ -20,7 +19,13 @@ from kafka_eos_ds.filesink.store import FileDecisionLog, FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.protocol import DoneMark
-from kafka_eos_ds.twophase.spark_writers import BatchWriterBase, StreamWriterBase, TwoPhaseSparkDriver
+from kafka_eos_ds.twophase.spark_writers import (
+    BatchEntryPoints,
+    BatchWriterBase,
+    StreamEntryPoints,
+    StreamWriterBase,
+    TwoPhaseSparkDriver,
+)
 
 
 class _FileSinkDriver(TwoPhaseSparkDriver):
@@ -55,7 +60,7 @@ class _FileSinkDriver(TwoPhaseSparkDriver):
         return write_files(self._config, self.mark, iterator, self._schema, query, batch)
 
 
-class FileStreamWriter(_FileSinkDriver, StreamWriterBase):
+class FileStreamWriter(StreamEntryPoints, _FileSinkDriver, StreamWriterBase):
     """``df.writeStream.format("kafka_eos_file")``: exactly-once files for streaming queries.
 
     Each task writes one file per batch into ``DIR/_kafka_eos/in-progress``, pre-commits
@@ -72,17 +77,8 @@ class FileStreamWriter(_FileSinkDriver, StreamWriterBase):
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
         _FileSinkDriver.__init__(self, schema, options, False)
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self._write(iterator, None, None)
 
-    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        self._commit(messages, batchId, None)
-
-    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        self._abort(messages, batchId, None)
-
-
-class FileBatchWriter(_FileSinkDriver, BatchWriterBase):
+class FileBatchWriter(BatchEntryPoints, _FileSinkDriver, BatchWriterBase):
     """``df.write.format("kafka_eos_file").mode("append")``: all files appear at job commit.
 
     The job is one batch of the protocol under a fresh write id (its files are named
@@ -92,12 +88,3 @@ class FileBatchWriter(_FileSinkDriver, BatchWriterBase):
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
         _FileSinkDriver.__init__(self, schema, options, overwrite)
         self._write_id = f"w{uuid.uuid4().hex[:7]}"
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self._write(iterator, self._write_id, 0)
-
-    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        self._commit(messages, 0, self._write_id)
-
-    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        self._abort(messages, 0, self._write_id)

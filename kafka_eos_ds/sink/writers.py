@@ -10,9 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from typing import Any, Iterator, List, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
-from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
@@ -28,7 +27,7 @@ from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.protocol import DoneMark
 from kafka_eos_ds.twophase.spark_writers import BatchWriterBase as _BatchBase
 from kafka_eos_ds.twophase.spark_writers import StreamWriterBase as _StreamBase
-from kafka_eos_ds.twophase.spark_writers import TwoPhaseSparkDriver
+from kafka_eos_ds.twophase.spark_writers import BatchEntryPoints, StreamEntryPoints, TwoPhaseSparkDriver
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class _SinkDriver(TwoPhaseSparkDriver):
         return self._config.exactly_once
 
 
-class KafkaStreamWriter(_SinkDriver, _StreamBase):
+class KafkaStreamWriter(StreamEntryPoints, _SinkDriver, _StreamBase):
     """``df.writeStream.format("kafka_eos")``: exactly-once Kafka sink for streaming queries.
 
     Each task writes its rows in a Kafka transaction and pre-commits it; the driver makes
@@ -95,17 +94,8 @@ class KafkaStreamWriter(_SinkDriver, _StreamBase):
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
         _SinkDriver.__init__(self, schema, options)
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self._write(iterator, None, None)
 
-    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        self._commit(messages, batchId, None)
-
-    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        self._abort(messages, batchId, None)
-
-
-class KafkaBatchWriter(_SinkDriver, _BatchBase):
+class KafkaBatchWriter(BatchEntryPoints, _SinkDriver, _BatchBase):
     """``df.write.format("kafka_eos")``: all task transactions commit at job commit.
 
     The job is one batch of the protocol under a fresh write id; options as for streaming.
@@ -114,15 +104,6 @@ class KafkaBatchWriter(_SinkDriver, _BatchBase):
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
         _SinkDriver.__init__(self, schema, options)
         self._write_id = f"write-{uuid.uuid4()}"
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self._write(iterator, self._write_id, 0)
-
-    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        self._commit(messages, 0, self._write_id)
-
-    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        self._abort(messages, 0, self._write_id)
 
 
 def _cluster_metadata(config: SinkConfig) -> Any:

@@ -9,8 +9,9 @@ task gets the writer, and never in the commit process (it would fence the batch 
 committed), so :class:`TwoPhaseSparkDriver` runs it when the writer is first pickled:
 on the planner, once per batch, before the tasks exist (docs/decisions.md).
 
-A sink subclasses :class:`TwoPhaseSparkDriver` (plus :data:`BatchWriterBase` or
-:data:`StreamWriterBase`) and supplies ``_prepare`` (checks, then recovery; returns the
+A sink subclasses :class:`TwoPhaseSparkDriver` with :class:`StreamEntryPoints` and
+:data:`StreamWriterBase` (or :class:`BatchEntryPoints` and :data:`BatchWriterBase`) and
+supplies ``_write`` (the task side), ``_prepare`` (checks, then recovery; returns the
 :class:`~.protocol.DoneMark` the tasks get), ``_committer`` (a context manager yielding
 a :class:`TwoPhaseCommitter` wired to its ports) and ``_message_type``.
 """
@@ -106,3 +107,32 @@ class TwoPhaseSparkDriver:
         with self._committer() as committer:
             committer.abort(query, batch_id, [m.participant() for m in msgs])
 
+
+class StreamEntryPoints:
+    """Spark's streaming writer calls, routed to the driver's ``_write``/``_commit``/``_abort``.
+
+    Batch and query ids come from the task context (``task_identity``)."""
+
+    def write(self, iterator):
+        return self._write(iterator, None, None)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._commit(messages, batchId, None)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._abort(messages, batchId, None)
+
+
+class BatchEntryPoints:
+    """A batch job is one batch (0) of the protocol under the writer's ``_write_id``."""
+
+    _write_id: str
+
+    def write(self, iterator):
+        return self._write(iterator, self._write_id, 0)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        self._commit(messages, 0, self._write_id)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        self._abort(messages, 0, self._write_id)
