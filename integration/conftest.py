@@ -169,6 +169,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     terminalreporter.section("exactly-once audit under chaos")
     cols = ["sink", "records_in", "records_out", "duplicates", "losses", "order_violations",
             "tail_duplicates", "bounces", "runs", "seconds"]
-    terminalreporter.write_line("scenario".ljust(34) + "".join(c.rjust(16) for c in cols))
+    widths = [max(len(c), 9) + 2 for c in cols]
+    terminalreporter.write_line("scenario".ljust(34) + "".join(c.rjust(w) for c, w in zip(cols, widths)))
     for name, row in _CHAOS_ROWS:
-        terminalreporter.write_line(name[:33].ljust(34) + "".join(str(row.get(c, "")).rjust(16) for c in cols))
+        terminalreporter.write_line(name[:33].ljust(34)
+                                    + "".join(str(row.get(c, "")).rjust(w) for c, w in zip(cols, widths)))

@@ -51,3 +51,26 @@ def test_exactly_once_under_bounces(kafka3, tmp_path, scenario, chaos_summary):
     assert r.order_violations == 0, r.table()
     assert result.tail_duplicates == 0
     assert result.crashes == len(scenario.bounces)
+
+
+def test_builtin_sink_under_the_same_driver_crashes(kafka3, tmp_path, chaos_summary):
+    """Side by side: Spark's built-in Kafka sink (at-least-once) under driver SIGKILLs.
+
+    Its duplicates are counted and reported, not asserted (they depend on where the kills
+    land); it must not lose records either."""
+    from integration.builtin_kafka import builtin_kafka_jars
+
+    jars, _ = builtin_kafka_jars()
+    plan = ChaosPlan(bootstrap=kafka3.bootstrap, workdir=tmp_path, records=8_000, input_partitions=2,
+                     output_partitions=3, bounces=["driver-hard"] * 3, max_offsets=1000, replication=3,
+                     cluster=kafka3.cluster, seed=11, sink_format="kafka", spark_jars=jars)
+    result = run_chaos(plan)
+    r = result.report
+    row = {"records_in": r.records_in, "records_out": r.records_out, "duplicates": r.duplicates,
+           "losses": r.losses, "order_violations": r.order_violations, "unexpected": r.unexpected,
+           "tail_duplicates": result.tail_duplicates, "bounces": result.crashes, "runs": result.runs,
+           "seconds": round(result.seconds, 1), "sink": "builtin"}
+    _record("built-in sink, driver-hard x3", row)
+    chaos_summary.append(("built-in sink, driver-hard x3", row))
+    assert r.records_in == 8_000 and r.losses == 0 and r.unexpected == 0, r.table()
+    assert r.records_out == r.records_in + r.duplicates
