@@ -65,6 +65,18 @@ def pipeline(kafka, new_topic, tmp_path):
         tail.join(10)
 
 
+def _visible_once_markers_land(p, at_least):
+    """Records visible to read_committed once the commit markers of what the coordinator
+    has committed reach the partitions: EndTxn returns when the commit is durable in the
+    transaction log, and the markers follow asynchronously, so visibility lags a moment."""
+    deadline = time.monotonic() + 30
+    visible = len(p.visible())
+    while visible < at_least and time.monotonic() < deadline:
+        time.sleep(0.5)
+        visible = len(p.visible())
+    return visible
+
+
 def _crashed(run):
     assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
 
@@ -104,7 +116,7 @@ def test_2_driver_dies_before_the_decision_aborts_the_batch(pipeline):
 
 def test_3_driver_dies_after_committing_some_transactions(pipeline):
     _crashed(pipeline.run("driver-after-first-commit@1"))
-    visible = len(pipeline.visible())
+    visible = _visible_once_markers_land(pipeline, BATCH + 1)
     assert BATCH < visible < 2 * BATCH               # batch 0 and part of batch 1
     assert len(pipeline.open_ids()) == 1             # the decided one not yet committed
     _finishes_exactly_once(pipeline)
@@ -113,14 +125,14 @@ def test_3_driver_dies_after_committing_some_transactions(pipeline):
 @pytest.mark.parametrize("point", ["driver-after-all-commits@1", "driver-after-done@1"])
 def test_4_driver_dies_after_all_kafka_commits(pipeline, point):
     _crashed(pipeline.run(point))
-    assert len(pipeline.visible()) == 2 * BATCH      # batches 0 and 1 committed in Kafka
+    assert _visible_once_markers_land(pipeline, 2 * BATCH) == 2 * BATCH  # batches 0 and 1 committed
     _finishes_exactly_once(pipeline)                 # the re-run of batch 1 writes nothing
 
 
 def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(pipeline):
     run = pipeline.run("commit-raise@1")
     assert run.returncode != 0 and "injected fault at commit-raise" in run.log, run.log[-3000:]
-    visible = len(pipeline.visible())
+    visible = _visible_once_markers_land(pipeline, BATCH + 1)
     assert BATCH < visible < 2 * BATCH
     # abort() ran with the same messages and did not abort the decided, uncommitted one.
     assert len(pipeline.open_ids()) == 1

@@ -93,8 +93,35 @@ def id_extractor(id_from: str = "value", separator: str = "|"):
     raise ConfigError(f"id_from must be 'value', 'key' or 'header:NAME', got {id_from!r}.")
 
 
-def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0) -> Iterator[_Rec]:
-    """Every record visible to read_committed at call time, partition by partition."""
+def _settled_ends(conf: dict, topic: str, partitions: list, settle: float) -> dict[int, int]:
+    """read_committed end offsets, once they have caught up with the high watermarks.
+
+    A committed transaction becomes visible when its commit markers reach the partitions,
+    a moment after the coordinator answered the commit. Waiting (at most ``settle``
+    seconds) until no partition holds back its last stable offset keeps an audit run right
+    after a pipeline finished from counting those records as lost. A transaction still
+    open after that (a leftover) is audited as it is: invisible."""
+    committed = Consumer({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
+                          "isolation.level": "read_committed"})
+    uncommitted = Consumer({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
+                            "isolation.level": "read_uncommitted"})
+    try:
+        deadline = time.monotonic() + settle
+        while True:
+            ends = {p: committed.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
+                    for p in partitions}
+            highs = {p: uncommitted.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
+                     for p in partitions}
+            if ends == highs or time.monotonic() > deadline:
+                return ends
+            time.sleep(0.2)
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
+def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: float = 15.0) -> Iterator[_Rec]:
+    """Every record visible to read_committed, partition by partition (see _settled_ends)."""
     consumer = Consumer({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
@@ -102,8 +129,7 @@ def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0) -> Itera
         meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
         if meta is None or meta.error is not None:
             raise ConfigError(f"Topic {topic!r} does not exist or cannot be described: {meta and meta.error}")
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
-                for p in meta.partitions}
+        ends = _settled_ends(conf, topic, list(meta.partitions), settle)
         live = [TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0]
         consumer.assign(live)
         pending = {tp.partition for tp in live}
