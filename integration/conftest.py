@@ -70,12 +70,18 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
             bootstrap = container.get_bootstrap_server()
             yield KafkaUnderTest(bootstrap, "testcontainers", 1)
         return
+    yield from _embedded(tmp_path_factory, 1, os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
+
+
+def _embedded(tmp_path_factory: pytest.TempPathFactory, brokers: int,
+              version: Optional[str]) -> Iterator[KafkaUnderTest]:
+    """Start an embedded cluster for a session fixture and stop it afterwards."""
     from kafka_eos_ds.broker.cluster import EmbeddedKafka
 
-    cluster = EmbeddedKafka(tmp_path_factory.mktemp("kafka1"), brokers=1,
-                            kafka_version=os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
+    cluster = EmbeddedKafka(tmp_path_factory.mktemp(f"kafka{brokers}-{version or 'default'}"), brokers=brokers,
+                            kafka_version=version)
     try:
-        yield KafkaUnderTest(cluster.start(), "embedded", 1, cluster)
+        yield KafkaUnderTest(cluster.start(), "embedded", brokers, cluster)
     finally:
         cluster.stop()
 
@@ -83,26 +89,13 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
 @pytest.fixture(scope="session")
 def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
     """A 3-broker embedded cluster (RF 3, min ISR 2) whose brokers tests may kill."""
-    from kafka_eos_ds.broker.cluster import EmbeddedKafka
-
-    cluster = EmbeddedKafka(tmp_path_factory.mktemp("kafka3"), brokers=3,
-                            kafka_version=os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
-    try:
-        yield KafkaUnderTest(cluster.start(), "embedded", 3, cluster)
-    finally:
-        cluster.stop()
+    yield from _embedded(tmp_path_factory, 3, os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
 
 
 @pytest.fixture(scope="session")
 def kafka39(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
     """An embedded Kafka 3.9 broker, for proving compatibility with the 3.x line."""
-    from kafka_eos_ds.broker.cluster import EmbeddedKafka
-
-    cluster = EmbeddedKafka(tmp_path_factory.mktemp("kafka39"), brokers=1, kafka_version="3.9")
-    try:
-        yield KafkaUnderTest(cluster.start(), "embedded", 1, cluster)
-    finally:
-        cluster.stop()
+    yield from _embedded(tmp_path_factory, 1, "3.9")
 
 
 @pytest.fixture
