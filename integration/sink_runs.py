@@ -31,6 +31,11 @@ class Run:
         return self.returncode == -signal.SIGKILL
 
 
+def assert_crashed(run: Run) -> None:
+    """The injected driver fault fired: the run ended by SIGKILL."""
+    assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
+
+
 def seed(bootstrap: str, topic: str, records: int, keys: int = 16) -> None:
     seed_input(bootstrap, topic, records, keys)
 

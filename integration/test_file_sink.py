@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from integration.helpers import produce
-from integration.sink_runs import audit_files, run_pipeline, seed
+from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 
 RECORDS = 450        # 2 input partitions, 150 offsets per batch -> batches 0..2
 BATCH = 150
@@ -122,10 +122,6 @@ def files(kafka, new_topic, tmp_path):
     return F
 
 
-def _crashed(run):
-    assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
-
-
 def _finishes_exactly_once(f):
     run = f.run()
     assert run.returncode == 0, run.log[-3000:]
@@ -144,21 +140,21 @@ def test_1_task_dies_before_precommit_is_retried_and_its_file_deleted(files):
 
 
 def test_2_driver_dies_before_the_decision_deletes_the_batch_files(files):
-    _crashed(files.run("driver-before-decision@1"))
+    assert_crashed(files.run("driver-before-decision@1"))
     assert files.visible() == BATCH                  # batch 0 only
     assert len(files.pending()) == 2                 # batch 1's pre-committed files
     _finishes_exactly_once(files)
 
 
 def test_3_driver_dies_after_committing_some_files(files):
-    _crashed(files.run("driver-after-first-commit@1"))
+    assert_crashed(files.run("driver-after-first-commit@1"))
     assert BATCH < files.visible() < 2 * BATCH       # batch 0 and part of batch 1
     assert len(files.pending()) == 1                 # the decided one not yet renamed
     _finishes_exactly_once(files)
 
 
 def test_4_driver_dies_after_all_renames_before_sparks_commit_log(files):
-    _crashed(files.run("driver-after-all-commits@1"))
+    assert_crashed(files.run("driver-after-all-commits@1"))
     assert files.visible() == 2 * BATCH and files.pending() == []
     _finishes_exactly_once(files)                    # the re-run of batch 1 writes nothing
 

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from integration.helpers import consume_all
-from integration.sink_runs import run_pipeline, seed
+from integration.sink_runs import assert_crashed, run_pipeline, seed
 from kafka_eos_ds.audit import audit
 from kafka_eos_ds.demo.chaos import TailingReader
 from kafka_eos_ds.sink import list_transactions
@@ -77,10 +77,6 @@ def _visible_once_markers_land(p, at_least):
     return visible
 
 
-def _crashed(run):
-    assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
-
-
 def _finishes_exactly_once(p):
     run = p.run()
     assert run.returncode == 0, run.log[-3000:]
@@ -108,14 +104,14 @@ def test_1_task_dies_before_precommit_is_retried_and_its_transaction_aborted(pip
 
 
 def test_2_driver_dies_before_the_decision_aborts_the_batch(pipeline):
-    _crashed(pipeline.run("driver-before-decision@1"))
+    assert_crashed(pipeline.run("driver-before-decision@1"))
     assert len(pipeline.visible()) == BATCH          # batch 0 only
     assert len(pipeline.open_ids()) == 2             # batch 1's pre-committed transactions
     _finishes_exactly_once(pipeline)
 
 
 def test_3_driver_dies_after_committing_some_transactions(pipeline):
-    _crashed(pipeline.run("driver-after-first-commit@1"))
+    assert_crashed(pipeline.run("driver-after-first-commit@1"))
     visible = _visible_once_markers_land(pipeline, BATCH + 1)
     assert BATCH < visible < 2 * BATCH               # batch 0 and part of batch 1
     assert len(pipeline.open_ids()) == 1             # the decided one not yet committed
@@ -124,7 +120,7 @@ def test_3_driver_dies_after_committing_some_transactions(pipeline):
 
 @pytest.mark.parametrize("point", ["driver-after-all-commits@1", "driver-after-done@1"])
 def test_4_driver_dies_after_all_kafka_commits(pipeline, point):
-    _crashed(pipeline.run(point))
+    assert_crashed(pipeline.run(point))
     assert _visible_once_markers_land(pipeline, 2 * BATCH) == 2 * BATCH  # batches 0 and 1 committed
     _finishes_exactly_once(pipeline)                 # the re-run of batch 1 writes nothing
 
@@ -141,7 +137,7 @@ def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(pipeline):
 
 def test_8_decided_transaction_lost_to_the_timeout_fails_the_query_loudly(pipeline):
     options = ["kafka.transaction.timeout.ms=6000"]
-    _crashed(pipeline.run("driver-after-decision@1", sink_options=options))
+    assert_crashed(pipeline.run("driver-after-decision@1", sink_options=options))
     deadline = time.monotonic() + 60
     while pipeline.open_ids() and time.monotonic() < deadline:
         time.sleep(1)  # the broker aborts transactions older than their timeout

@@ -169,6 +169,13 @@ def markdown(rows: list[dict], machine: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def charts(rows: list[dict], out: Path) -> list[Path]:
     import matplotlib
 
@@ -189,11 +196,7 @@ def charts(rows: list[dict], out: Path) -> list[Path]:
         ax.set_title(workload)
         ax.set_ylabel("MB/s")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "throughput.png"
-    fig.savefig(path, dpi=110)
-    written.append(path)
-    plt.close(fig)
+    written.append(_save(plt, fig, out / "throughput.png"))
     scaling = [r for r in rows if r["size"] == 1024]
     parts = sorted({r["partitions"] for r in scaling})
     if len(parts) > 1:
@@ -208,11 +211,7 @@ def charts(rows: list[dict], out: Path) -> list[Path]:
         ax.set_xlabel("Kafka partitions")
         ax.set_ylabel("records/s (1 KiB records)")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out / "scaling.png"
-        fig.savefig(path, dpi=110)
-        written.append(path)
-        plt.close(fig)
+        written.append(_save(plt, fig, out / "scaling.png"))
     return written
 
 
