@@ -1,4 +1,4 @@
-"""Crash injection against the exactly-once sink (DESIGN §2, points 1-5, 8, 9).
+"""Crash injection against the exactly-once sink (DESIGN §2, points 1-5, 7, 8, 9).
 
 Each scenario runs the pipeline (kafka_eos source -> upper(value) -> kafka_eos sink)
 as a driver subprocess, injects a fault at one exact point of batch 1, restarts it from
@@ -10,6 +10,7 @@ between the runs too.
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
@@ -133,6 +134,36 @@ def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(pipeline):
     # abort() ran with the same messages and did not abort the decided, uncommitted one.
     assert len(pipeline.open_ids()) == 1
     _finishes_exactly_once(pipeline)
+
+
+# Point 7: the checkpoint is lost. The pipeline commits each batch's source offsets to the
+# source's consumer group inside the batch's first transaction (sink option
+# 'sourceGroupId'), and starts from that group when it has no checkpoint. Each case
+# crashes the driver at one point of batch 1's commit, deletes the checkpoint, and lets a
+# new query (new query id) drain the input.
+@pytest.mark.parametrize("point, visible_before, timeout_ms", [
+    ("driver-after-done@1", 2 * BATCH, None),        # batch 1 complete; the group says so
+    ("driver-after-decision@1", BATCH, None),        # decided, nothing of it visible: abandoned
+    # The offsets sit in the open transaction: the group's offsets are unreadable until it
+    # ends, and the new query's source asks before recovery runs. A short timeout lets the
+    # broker's abort free them (docs/fault-tolerance.md, "Checkpoint loss").
+    ("driver-after-progress@1", BATCH, 15000),
+    ("driver-after-first-commit@1", None, None),     # partly visible: the new query finishes it
+])
+def test_7_checkpoint_lost_a_new_query_resumes_from_the_group(pipeline, point, visible_before, timeout_ms):
+    options = [f"kafka.transaction.timeout.ms={timeout_ms}"] if timeout_ms else []
+    assert_crashed(pipeline.run(point, sink_options=options))
+    if visible_before is None:
+        assert BATCH < _visible_once_markers_land(pipeline, BATCH + 1) < 2 * BATCH
+    else:
+        assert _visible_once_markers_land(pipeline, visible_before) == visible_before
+    shutil.rmtree(pipeline.checkpoint)
+    run = pipeline.run(sink_options=options)
+    assert run.returncode == 0, run.log[-3000:]
+    report = pipeline.audit()
+    assert report.ok, report.table()
+    assert report.records_in == RECORDS and report.unique_out == RECORDS
+    assert pipeline.open_ids() == []
 
 
 def test_8_decided_transaction_lost_to_the_timeout_fails_the_query_loudly(pipeline):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_eos_ds.errors import TransactionError, TransactionLostError
-from kafka_eos_ds.twophase import (DECIDED, DONE, Decision, DoneMark, Outcome, Participant, RecoveryContext,
+from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Outcome, Participant, RecoveryContext,
                                    TwoPhaseCommitter, plan_abort, plan_commit, plan_recovery)
 from kafka_eos_ds.twophase import faults
 
@@ -80,6 +80,30 @@ def test_abort_also_fences_open_ids_without_a_message_but_never_a_decided_one():
 def test_decisions_round_trip_through_json():
     d = Decision("q", 3, DECIDED, (part(0), part(1, attempt=1)))
     assert Decision.from_json(d.to_json()) == d
+    with_progress = Decision("q", 3, DECIDED, (part(0),), {"group": "g", "offsets": {"in": {"0": 5}}})
+    assert Decision.from_json(with_progress.to_json()) == with_progress
+    assert Decision.from_json(with_progress.with_state(DONE).to_json()).progress == with_progress.progress
+
+
+PROGRESS = {"group": "g", "offsets": {"in": {"0": 50, "1": 40}}}
+
+
+def test_recovery_of_another_querys_decision_with_progress_is_conditional():
+    decided = Decision("old", 7, DECIDED, (part(0), part(1)), PROGRESS)
+    assert plan_recovery(RecoveryContext(decided, [], "new")).only_if_started
+    # Same query (checkpoint intact), unknown query, or no progress carried: finish as always.
+    assert not plan_recovery(RecoveryContext(decided, [], "old")).only_if_started
+    assert not plan_recovery(RecoveryContext(decided, [], None)).only_if_started
+    plain = Decision("old", 7, DECIDED, (part(0),))
+    assert not plan_recovery(RecoveryContext(plain, [], "new")).only_if_started
+
+
+def test_an_abandoned_batch_is_decided_afresh_and_marks_nothing_done():
+    abandoned = Decision("q", 7, ABANDONED, (part(0),), PROGRESS)
+    assert plan_recovery(RecoveryContext(abandoned, ["p-0-0"], "q")).mark == DoneMark()
+    plan = plan_commit(abandoned, "q", 7, [part(0, attempt=1)], PROGRESS)
+    assert plan.write_decision and plan.decision.participants == (part(0, attempt=1),)
+    assert plan.earlier is None
 
 
 # -- the driver's ordering, with fakes ---------------------------------------
@@ -118,13 +142,23 @@ class FakeParticipants:
     def lost_message(self, parts):
         return "check kafka.transaction.timeout.ms"
 
+    committed_ids: set = set()
 
-def committer(latest=None, outcomes=None, open_ids=(), timeout=5.0):
+    def carry(self, progress, p):
+        self.events.append(("carry", p.id if p is not None else None, progress["offsets"]))
+
+    def committed(self, p):
+        return p.id in self.committed_ids
+
+
+def committer(latest=None, outcomes=None, open_ids=(), timeout=5.0, committed_ids=()):
     events = []
     log = FakeLog(latest)
     log.events = events
     clock = [0.0]
-    tpc = TwoPhaseCommitter(log, FakeParticipants(events, outcomes, open_ids), commit_timeout_s=timeout,
+    participants = FakeParticipants(events, outcomes, open_ids)
+    participants.committed_ids = set(committed_ids)
+    tpc = TwoPhaseCommitter(log, participants, commit_timeout_s=timeout,
                             parallelism=1, sleep=lambda s: clock.__setitem__(0, clock[0] + s), clock=lambda: clock[0])
     return tpc, log, events
 
@@ -184,6 +218,44 @@ def test_recover_finishes_the_decision_then_fences_the_rest():
     mark = tpc.recover()
     assert events == [("commit", "p-0-0"), ("write", 4, DONE), ("fence", "p-1-0")]
     assert mark == DoneMark("q", 4)
+
+
+def test_progress_rides_in_the_first_participant_before_it_commits():
+    tpc, log, events = committer()
+    tpc.commit("q", 1, [part(1), part(0)], PROGRESS)
+    assert events[:3] == [("write", 1, DECIDED), ("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0")]
+    assert log.latest().progress == PROGRESS
+
+
+def test_progress_of_a_batch_without_output_is_stored_on_its_own():
+    tpc, log, events = committer()
+    tpc.commit("q", 1, [part(0, records=0)], PROGRESS)
+    assert events == [("carry", None, PROGRESS["offsets"])] and log.latest() is None
+
+
+def test_recovery_finishing_a_decision_attaches_its_progress_again():
+    decided = Decision("q", 4, DECIDED, (part(0), part(1)), PROGRESS)
+    tpc, log, events = committer(latest=decided)
+    tpc.recover("q")
+    assert events[:2] == [("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0")]
+    assert log.latest().state == DONE
+
+
+def test_a_lost_checkpoints_decision_none_of_which_committed_is_abandoned():
+    decided = Decision("old", 4, DECIDED, (part(0), part(1)), PROGRESS)
+    tpc, log, events = committer(latest=decided, open_ids=["p-0-0", "p-1-0", "p-2-0"])
+    mark = tpc.recover("new")
+    assert ("commit", "p-0-0") not in events and ("commit", "p-1-0") not in events
+    assert {("fence", "p-0-0"), ("fence", "p-1-0"), ("fence", "p-2-0")} <= set(events)
+    assert log.latest().state == ABANDONED and mark == DoneMark()
+
+
+def test_a_lost_checkpoints_decision_whose_first_participant_committed_is_finished():
+    decided = Decision("old", 4, DECIDED, (part(0), part(1)), PROGRESS)
+    tpc, log, events = committer(latest=decided, open_ids=["p-1-0"], committed_ids={"p-0-0"})
+    tpc.recover("new")
+    assert ("commit", "p-1-0") in events and ("fence", "p-1-0") not in events
+    assert log.latest().state == DONE
 
 
 def test_an_earlier_unfinished_decision_is_finished_before_a_new_one_is_written():

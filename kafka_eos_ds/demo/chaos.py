@@ -12,6 +12,7 @@ either. Every wait is bounded; the run stops by itself.
 from __future__ import annotations
 
 import random
+import shutil
 import sys
 import threading
 import time
@@ -31,7 +32,13 @@ Progress = Callable[[str, float], None]
 
 
 # What one bounce does. "hard" is SIGKILL (a crash), "clean" is SIGTERM (an orderly stop).
-BOUNCES = ("driver-hard", "driver-clean", "worker-hard", "broker-hard", "broker-clean")
+# "driver-inbatch" is a SIGKILL aimed inside a batch: after its tasks have written to OUT
+# and before Spark recorded the batch as committed (the moment an at-least-once sink
+# replays, and the one an exactly-once sink must survive between pre-commit and commit).
+# "checkpoint-lost" is that kill followed by deleting the checkpoint: the next run is a
+# new query that starts from the source's consumer group (DESIGN row 7).
+BOUNCES = ("driver-hard", "driver-clean", "driver-inbatch", "checkpoint-lost", "worker-hard", "broker-hard",
+           "broker-clean")
 
 
 @dataclass
@@ -241,6 +248,13 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
                 raise ValueError(f"unknown bounce {bounce!r}; one of {BOUNCES}")
             pipeline.ensure_running()
             _wait_for_new_output(plan, pipeline, output_topic, progress, frac)
+            if bounce in ("driver-inbatch", "checkpoint-lost"):
+                killed = _kill_inside_batch(plan, pipeline, output_topic, progress, frac)
+                if killed and bounce == "checkpoint-lost":
+                    shutil.rmtree(plan.workdir / "checkpoint")
+                done += killed
+                progress(f"bounce {number}/{len(plan.bounces)}: {bounce} done", frac())
+                continue
             moment = time.monotonic() + rng.uniform(*plan.bounce_window)
             while time.monotonic() < moment:
                 pipeline.ensure_running()
@@ -285,6 +299,48 @@ def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str
         pipeline.ensure_running()
         progress(f"run {pipeline.runs}: waiting for output", frac())
         time.sleep(0.5)
+
+
+def _latest_batch(directory: Path) -> int:
+    """The highest batch id in a checkpoint log directory (-1 if none)."""
+    try:
+        return max((int(p.name) for p in directory.iterdir() if p.name.isdigit()), default=-1)
+    except OSError:
+        return -1
+
+
+def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress,
+                       frac: Callable[[], float]) -> bool:
+    """SIGKILL the driver once a batch has written to OUT but is not recorded as committed.
+
+    Spark writes ``offsets/N`` before batch N runs and ``commits/N`` after the sink
+    committed it; the write is seen as OUT's high watermark (uncommitted records count)
+    growing while N is planned and not committed. False if the input ran out first.
+    """
+    checkpoint = plan.workdir / "checkpoint"
+    watcher = Consumer({"bootstrap.servers": plan.bootstrap, "group.id": "kafka-eos-chaos-watch",
+                        "isolation.level": "read_uncommitted"})
+    parts = [TopicPartition(output_topic, p) for p in range(plan.output_partitions)]
+    high = lambda: sum(watcher.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in parts)
+    deadline = time.monotonic() + plan.run_timeout
+    watching = (-1, 0)  # (batch in flight, OUT's high watermark when it was first seen)
+    try:
+        while time.monotonic() < deadline:
+            if frac() >= 1.0:
+                return False
+            pipeline.ensure_running()
+            planned, committed = _latest_batch(checkpoint / "offsets"), _latest_batch(checkpoint / "commits")
+            if planned > committed:
+                if watching[0] != planned:
+                    watching = (planned, high())
+                elif high() > watching[1]:
+                    pipeline.kill(hard=True)
+                    return True
+            progress(f"run {pipeline.runs}: waiting for a batch in flight", frac())
+            time.sleep(0.02)
+    finally:
+        watcher.close()
+    raise TimeoutError(f"no batch was caught in flight within {plan.run_timeout:.0f}s; see {pipeline.log(pipeline.runs)}")
 
 
 def _bounce(plan: ChaosPlan, pipeline: _Pipeline, bounce: str, rng: random.Random) -> None:

@@ -15,10 +15,16 @@ import sys
 
 
 def build_query(spark, args: argparse.Namespace):
+    # The source's consumer group doubles as the record of where the output ends: the
+    # exactly-once sink commits each batch's end offsets to it inside the batch's
+    # transaction ('sourceGroupId'). A query that lost its checkpoint therefore starts
+    # from the group (partitions without a committed offset: from the earliest).
+    group = args.group or f"{args.prefix}-source"
     reader = (spark.readStream.format("kafka_eos")
               .option("kafka.bootstrap.servers", args.bootstrap)
               .option("subscribe", args.input)
-              .option("startingOffsets", "earliest"))
+              .option("kafka.group.id", group)
+              .option("startingOffsets", "group"))
     if args.max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
     df = reader.load()
@@ -35,7 +41,7 @@ def build_query(spark, args: argparse.Namespace):
               .option("checkpointLocation", args.checkpoint)
               .queryName("kafka-eos-demo"))
     if args.sink_format == "kafka_eos":
-        writer = writer.option("transactionalIdPrefix", args.prefix)
+        writer = writer.option("transactionalIdPrefix", args.prefix).option("sourceGroupId", group)
     for item in args.sink_option or []:
         key, _, value = item.partition("=")
         writer = writer.option(key, value)
@@ -53,11 +59,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--prefix", required=True, help="transactionalIdPrefix")
+    parser.add_argument("--group", default=None, help="the source's consumer group (default: <prefix>-source)")
     parser.add_argument("--max-offsets", type=int, default=2000, help="maxOffsetsPerTrigger")
     parser.add_argument("--trigger-ms", type=int, default=500)
     parser.add_argument("--available-now", action="store_true", help="drain the input and exit")
     parser.add_argument("--shuffle", action="store_true")
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--master", default=None,
+                        help="Spark master (default local[2]; under spark-submit, the one it was given)")
     parser.add_argument("--sink-format", default="kafka_eos",
                         help="kafka_eos, or kafka for Spark's built-in sink (needs --jars)")
     parser.add_argument("--jars", default=None, help="spark.jars (for the built-in Kafka connector)")
@@ -72,7 +80,12 @@ def main(argv=None) -> int:
 
     import kafka_eos_ds
 
-    spark = (SparkSession.builder.master(args.master).appName("kafka-eos-demo")
+    builder = SparkSession.builder
+    # Under spark-submit the master comes from the command line; a default here would override it.
+    # (spark-submit starts the JVM first and hands Python its gateway port.)
+    if args.master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(args.master or "local[2]")
+    spark = (builder.appName("kafka-eos-demo")
              .config("spark.sql.shuffle.partitions", "3")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")

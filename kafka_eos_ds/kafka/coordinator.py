@@ -3,7 +3,9 @@
 librdkafka cannot end, fence or list a transaction it did not open, so these calls go
 through kafka-python's request classes: EndTxn (commit or abort by producer id and
 epoch), InitProducerId (fence an id: bump its epoch, abort what is open under it),
-DescribeTransactions and ListTransactions. EndTxn stays at v4 and InitProducerId at v4:
+DescribeTransactions and ListTransactions; and, to commit a batch's source offsets inside
+one of its transactions, AddOffsetsToTxn and TxnOffsetCommit (what a producer's
+sendOffsetsToTransaction sends). EndTxn stays at v4 and InitProducerId at v4:
 librdkafka speaks transaction protocol v1, and newer versions change the semantics
 (Kafka 4's transaction version 2 bumps the epoch per transaction; KIP-939 fields).
 
@@ -54,6 +56,12 @@ class TxnState:
     start_time_ms: int = -1
 
 
+def _group_kind() -> Any:
+    from kafka.protocol.metadata import CoordinatorType
+
+    return CoordinatorType.GROUP
+
+
 def error_name(code: int) -> str:
     import kafka.errors as kerrors
 
@@ -95,33 +103,90 @@ class TransactionCoordinator:
 
     # -- requests -----------------------------------------------------------
 
-    def _send_to_coordinator(self, transactional_id: str, request: Any) -> Any:
+    def _send_to_coordinator(self, transactional_id: str, request: Any, *, group: bool = False) -> Any:
+        """Send ``request`` to the transaction coordinator of ``transactional_id`` (or, with
+        ``group``, to the group coordinator of the group of that name)."""
         from kafka.protocol.metadata import CoordinatorType
 
         admin = self._admin
+        kind = CoordinatorType.GROUP if group else CoordinatorType.TRANSACTION
 
         async def go():
-            coord = await admin._find_coordinator_id(transactional_id, key_type=CoordinatorType.TRANSACTION)
+            coord = await admin._find_coordinator_id(transactional_id, key_type=kind)
             return await admin._manager.send(request, node_id=coord)
 
         try:
             response = admin._manager.run(go)
         except Exception as exc:
-            self._forget_coordinator(transactional_id)
-            raise KafkaClientError(f"Transaction coordinator call for {transactional_id} failed: {exc}",
-                                   retriable=True) from exc
+            self._forget_coordinator(transactional_id, kind)
+            raise KafkaClientError(f"Coordinator call for {transactional_id} failed: {exc}", retriable=True) from exc
         if getattr(response, "error_code", NONE) in _MOVED:
-            self._forget_coordinator(transactional_id)
+            self._forget_coordinator(transactional_id, kind)
         return response
 
-    def _forget_coordinator(self, transactional_id: str) -> None:
+    def _forget_coordinator(self, key: str, kind: Any = None) -> None:
         from kafka.protocol.metadata import CoordinatorType
 
+        kind = CoordinatorType.TRANSACTION if kind is None else kind
         # kafka-python caches coordinators; after a move the cached node is wrong.
         coords = getattr(self._admin._manager.cluster, "_coordinators", None)
         if isinstance(coords, dict):
-            coords.pop((CoordinatorType.TRANSACTION, transactional_id), None)
-            coords.pop((CoordinatorType.build_from(CoordinatorType.TRANSACTION), transactional_id), None)
+            coords.pop((kind, key), None)
+            coords.pop((CoordinatorType.build_from(kind), key), None)
+
+    def send_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
+                     offsets: Mapping[str, Mapping[str, int]]) -> None:
+        """Add ``offsets`` (``{"topic": {"partition": next_offset}}``) for ``group_id`` to the
+        open transaction of ``transactional_id``: AddOffsetsToTxn, then TxnOffsetCommit.
+
+        The offsets become the group's committed offsets when, and only when, that
+        transaction commits. The caller checks the transaction is open first: on a
+        finished transaction AddOffsetsToTxn would start a new one.
+        """
+        from kafka.protocol.producer.transaction import AddOffsetsToTxnRequest, TxnOffsetCommitRequest
+
+        add = AddOffsetsToTxnRequest(transactional_id=transactional_id, producer_id=int(producer_id),
+                                     producer_epoch=int(epoch), group_id=group_id, max_version=3)
+        self._raise_for(int(self._send_to_coordinator(transactional_id, add).error_code),
+                        f"AddOffsetsToTxn({transactional_id}, group {group_id!r})")
+        topic_type = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        part_type = topic_type.TxnOffsetCommitRequestPartition
+        topics = [topic_type(name=t, partitions=[part_type(partition_index=int(p), committed_offset=int(o),
+                                                           committed_leader_epoch=-1, committed_metadata="")
+                                                 for p, o in sorted(parts.items(), key=lambda kv: int(kv[0]))])
+                  for t, parts in sorted(offsets.items())]
+        # No group membership: generation -1 and an empty member id (the group must have
+        # no active members, which holds for a query's own group).
+        commit = TxnOffsetCommitRequest(transactional_id=transactional_id, group_id=group_id,
+                                        producer_id=int(producer_id), producer_epoch=int(epoch), generation_id=-1,
+                                        member_id="", group_instance_id=None, topics=topics, max_version=3)
+        response = self._send_to_coordinator(group_id, commit, group=True)
+        for topic in response.topics:
+            for part in topic.partitions:
+                if part.error_code in _MOVED:
+                    self._forget_coordinator(group_id, _group_kind())
+                self._raise_for(int(part.error_code), f"TxnOffsetCommit({transactional_id}, group {group_id!r}, "
+                                                      f"{topic.name}-{part.partition_index})")
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[str, Mapping[str, int]]) -> None:
+        """Commit ``offsets`` to ``group_id`` outside any transaction."""
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        request = {TopicPartition(t, int(p)): OffsetAndMetadata(int(o), "", None)
+                   for t, parts in offsets.items() for p, o in parts.items()}
+        try:
+            result = self._admin.alter_group_offsets(group_id, request)
+        except Exception as exc:
+            raise KafkaClientError(f"Committing offsets to group {group_id!r} failed: {exc}", retriable=True) from exc
+        for tp, error in result.items():
+            code = int(getattr(error, "errno", NONE) or NONE)
+            self._raise_for(code, f"OffsetCommit(group {group_id!r}, {tp.topic}-{tp.partition})")
+
+    @staticmethod
+    def _raise_for(code: int, what: str) -> None:
+        if code == NONE:
+            return
+        raise KafkaClientError(f"{what} failed: {error_name(code)}", retriable=code in RETRIABLE)
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
         """Send EndTxn; return the broker's error code (0 = done)."""

@@ -60,6 +60,8 @@ class SinkConfig:
     transaction_timeout_ms: int
     columns: Columns
     names: tuple = field(default_factory=tuple)
+    source_group_id: Optional[str] = None
+    checkpoint: Optional[str] = None
 
     @property
     def exactly_once(self) -> bool:
@@ -87,8 +89,12 @@ class SinkConfig:
         topic = opts.get("topic")
         topic = topic.strip() if topic and topic.strip() else None
         columns = check_columns(schema, topic)
+        group = (opts.get("sourceGroupId") or "").strip() or None
+        if group is not None and guarantee != EXACTLY_ONCE:
+            raise ConfigError("Option 'sourceGroupId' commits the source's offsets inside the sink's transactions; "
+                              "it needs deliveryGuarantee 'exactly_once'. Remove one of them.")
         return cls(producer, topic, guarantee, prefix, (opts.get("commitLogTopic") or DEFAULT_TOPIC).strip(),
-                   timeout, columns, tuple(schema.fieldNames()))
+                   timeout, columns, tuple(schema.fieldNames()), group, opts.get("checkpointLocation"))
 
 
 def _transaction_timeout(producer: dict) -> int:

@@ -3,12 +3,14 @@
 commit = EndTxn(commit) with the task's producer id and epoch, sorted into an outcome
 by :mod:`kafka_eos_ds.kafka.commit_outcome` (asking the coordinator when the answer
 alone cannot tell "already committed" from "lost"); fence = InitProducerId on the id;
-open ids = ListTransactions filtered by the sink's prefix.
+open ids = ListTransactions filtered by the sink's prefix; carry = the batch's source
+offsets added to the first transaction (AddOffsetsToTxn + TxnOffsetCommit) while it is
+still open.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from kafka_eos_ds.kafka import transactional_ids
 from kafka_eos_ds.kafka.commit_outcome import classify_described, classify_end_txn
@@ -31,6 +33,25 @@ class KafkaTransactions:
         if outcome is None:
             outcome = classify_described(self.coordinator.describe(participant.id), pid, epoch)
         return outcome
+
+    def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
+        group, offsets = str(progress["group"]), progress["offsets"]
+        if participant is None:
+            self.coordinator.commit_offsets(group, offsets)
+            return
+        pid, epoch = int(participant.handle["producer_id"]), int(participant.handle["epoch"])
+        state = self.coordinator.describe(participant.id)
+        # Only into the transaction itself: once it is past Ongoing, the offsets either
+        # went with it or it is finished, and AddOffsetsToTxn would open a new one.
+        if state is not None and state.state == "Ongoing" and (state.producer_id, state.producer_epoch) == (pid, epoch):
+            self.coordinator.send_offsets(participant.id, pid, epoch, group, offsets)
+
+    def committed(self, participant: Participant) -> bool:
+        pid, epoch = int(participant.handle["producer_id"]), int(participant.handle["epoch"])
+        state = self.coordinator.describe(participant.id)
+        if state is not None and state.state == "PrepareCommit" and (state.producer_id, state.producer_epoch) == (pid, epoch):
+            return True  # the coordinator is writing its commit markers: it will be committed
+        return classify_described(state, pid, epoch) is Outcome.COMMITTED
 
     def fence(self, participant_id: str) -> None:
         self.coordinator.fence(participant_id, self.transaction_timeout_ms)

@@ -21,6 +21,7 @@ from kafka_eos_ds.kafka.decision_log import KafkaDecisionLog
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.sink import source_progress
 from kafka_eos_ds.sink.participants import KafkaTransactions
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
@@ -51,8 +52,14 @@ class _SinkDriver(TwoPhaseSparkDriver):
             raise ConfigError(f"Topic '{self._config.topic}' (option 'topic') does not exist; create it first.")
         if not self._config.exactly_once:
             return DoneMark()
+        query = None
+        if self._config.source_group_id is not None:
+            # Checked now, before any task writes: a bad setup fails the batch up front.
+            checkpoint = source_progress.checkpoint_dir(self._config.checkpoint)
+            source_progress.end_offsets(checkpoint, source_progress.latest_batch(checkpoint))
+            query = source_progress.query_id(checkpoint)
         with self._committer(metadata) as committer:
-            return committer.recover()
+            return committer.recover(query)
 
     @contextlib.contextmanager
     def _committer(self, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
@@ -74,6 +81,12 @@ class _SinkDriver(TwoPhaseSparkDriver):
 
     def _two_phase(self) -> bool:
         return self._config.exactly_once
+
+    def _progress(self, batch_id: int) -> Optional[dict]:
+        group = self._config.source_group_id
+        if group is None:
+            return None
+        return source_progress.progress(group, source_progress.checkpoint_dir(self._config.checkpoint), batch_id)
 
 
 class KafkaStreamWriter(StreamEntryPoints, _SinkDriver, _StreamBase):
@@ -103,6 +116,9 @@ class KafkaBatchWriter(BatchEntryPoints, _SinkDriver, _BatchBase):
 
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
         _SinkDriver.__init__(self, schema, options)
+        if self._config.source_group_id is not None:
+            raise ConfigError("Option 'sourceGroupId' applies to streaming queries (it commits each micro-batch's "
+                              "source offsets); remove it for df.write.")
         self._write_id = f"write-{uuid.uuid4()}"
 
 

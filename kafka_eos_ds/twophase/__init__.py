@@ -8,6 +8,7 @@ the driver, :mod:`.faults` injects crashes for tests. The Kafka sink
 
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.protocol import (
+    ABANDONED,
     DECIDED,
     DONE,
     Decision,
@@ -16,12 +17,13 @@ from kafka_eos_ds.twophase.protocol import (
     Outcome,
     Participant,
     Participants,
+    ProgressCarrier,
     TaskTransaction,
 )
 from kafka_eos_ds.twophase.recovery import RecoveryContext, RecoveryPlan, plan_abort, plan_commit, plan_recovery
 
 __all__ = [
-    "DECIDED", "DONE", "Decision", "DecisionLog", "DoneMark", "Outcome", "Participant", "Participants",
+    "ABANDONED", "ProgressCarrier", "DECIDED", "DONE", "Decision", "DecisionLog", "DoneMark", "Outcome", "Participant", "Participants",
     "TaskTransaction", "TwoPhaseCommitter", "RecoveryContext", "RecoveryPlan", "plan_abort", "plan_commit",
     "plan_recovery",
 ]

@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
 from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase.protocol import DONE, Decision, DecisionLog, DoneMark, Outcome, Participant, Participants
+from kafka_eos_ds.twophase.protocol import ABANDONED, DONE, Decision, DecisionLog, DoneMark, Outcome, Participant, Participants
 from kafka_eos_ds.twophase.recovery import RecoveryContext, plan_abort, plan_commit, plan_recovery
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,12 @@ class TwoPhaseCommitter:
 
     # -- driver entry points ------------------------------------------------
 
-    def commit(self, query_id: str, batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
+    def commit(self, query_id: str, batch_id: int, messages: Iterable[Optional[Participant]],
+               progress: Optional[Mapping[str, Any]] = None) -> None:
+        """Commit a batch; ``progress`` (what it consumed) commits with its first participant."""
         messages = list(messages)
         faults.check("driver-before-decision", batch=batch_id)
-        plan = plan_commit(self.decisions.latest(), query_id, batch_id, messages)
+        plan = plan_commit(self.decisions.latest(), query_id, batch_id, messages, progress)
         if plan.noop:
             log.info("batch %s of query %s already committed", batch_id, query_id)
             return
@@ -71,8 +73,11 @@ class TwoPhaseCommitter:
         superseded = sorted({i for p in messages if p is not None for i in self.participants.superseded(p)})
         if plan.write_decision and not decision.participants:
             # Nothing to commit (every task was empty or a re-run of a decided batch):
-            # no decision to record, only earlier attempts to shut out.
+            # no decision to record, only earlier attempts to shut out. The progress has
+            # no output to be atomic with: it is stored on its own.
             self._fence(superseded)
+            if progress is not None:
+                self._retrying(lambda: self.participants.carry(progress, None), "storing the batch's progress")
             return
         if plan.write_decision:
             self.decisions.write(decision)
@@ -102,11 +107,20 @@ class TwoPhaseCommitter:
             self._sleep(0.5)
             self._fence(plan_abort(latest, query_id, batch_id, (), (), self.participants.open_ids()))
 
-    def recover(self) -> DoneMark:
-        """Finish an unfinished decision, fence every other open id; return the done mark."""
+    def recover(self, query_id: Optional[str] = None) -> DoneMark:
+        """Finish an unfinished decision, fence every other open id; return the done mark.
+
+        ``query_id``: the recovering query (lets recovery tell a decision of a query whose
+        checkpoint was lost; see :class:`~.recovery.RecoveryPlan`)."""
         latest = self.decisions.latest()
         open_ids = self.participants.open_ids()
-        plan = plan_recovery(RecoveryContext(latest, open_ids))
+        plan = plan_recovery(RecoveryContext(latest, open_ids, query_id))
+        if plan.only_if_started and plan.finish is not None and not self._started(plan.finish):
+            log.warning("abandoning batch %s of query %s: its checkpoint is gone and none of it was committed; "
+                        "this query re-reads its input", plan.finish.batch_id, plan.finish.query_id)
+            self._fence(sorted({p.id for p in plan.finish.participants} | set(plan.fence)))
+            self.decisions.write(plan.finish.with_state(ABANDONED))
+            return DoneMark()
         if plan.finish is not None:
             log.warning("finishing the commit of batch %s of query %s after a restart",
                         plan.finish.batch_id, plan.finish.query_id)
@@ -122,11 +136,21 @@ class TwoPhaseCommitter:
         self._commit_all(decision, decision.batch_id)
         self.decisions.write(decision.with_state(DONE))
 
+    def _started(self, decision: Decision) -> bool:
+        first = decision.participants[0]
+        return self._retrying(lambda: self.participants.committed(first), f"asking whether {first.id} committed")
+
     def _commit_all(self, decision: Decision, batch_id: int) -> None:
         parts = list(decision.participants)
         if not parts:
             return
         first, rest = parts[0], parts[1:]
+        if decision.progress is not None:
+            # The batch's progress rides in the first participant, so the two become
+            # visible together; a no-op when that participant already committed.
+            self._retrying(lambda: self.participants.carry(decision.progress, first),
+                           f"attaching the batch's progress to {first.id}")
+            faults.check("driver-after-progress", batch=batch_id)
         # The first one alone, so a crash test can stop between "some" and "all".
         outcomes = [(first, self._commit_one(first))]
         faults.check("driver-after-first-commit", batch=batch_id)
@@ -161,6 +185,20 @@ class TwoPhaseCommitter:
                     f"Could not learn the outcome of committing {participant.id} within "
                     f"{self.commit_timeout_s:.0f}s (last error: {last}). The commit decision is stored; "
                     "restarting the query finishes the commit.", retriable=True) from last
+            self._sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _retrying(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``, retried with backoff on retriable client errors for commit_timeout_s."""
+        deadline = self._clock() + self.commit_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except KafkaClientError as exc:
+                if not exc.retriable or self._clock() >= deadline:
+                    raise TransactionError(f"Failed {what}: {exc}. The commit decision is stored; restarting the "
+                                           "query finishes the commit.", retriable=exc.retriable) from exc
             self._sleep(delay)
             delay = min(delay * 2, 2.0)
 

@@ -2,7 +2,7 @@
 
 ``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][:action]"``, several separated
 by ``,``. Points: ``task-before-precommit``, ``task-after-precommit``, ``driver-before-decision``,
-``driver-after-decision``, ``driver-after-first-commit``, ``driver-after-all-commits``, ``driver-after-done``,
+``driver-after-decision``, ``driver-after-progress``, ``driver-after-first-commit``, ``driver-after-all-commits``, ``driver-after-done``,
 ``commit-raise``. Actions: ``kill`` (default: SIGKILL this process; at ``driver-*``
 points also the JVM driver's process group, so start the driver in its own session), ``exit`` (``os._exit(1)``), ``raise``.
 ``commit-raise`` raises by default.

@@ -32,6 +32,9 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 
 DECIDED = "decided"
 DONE = "done"
+# A decided batch of a query whose checkpoint was lost, none of which had become
+# visible: recovery aborted it, and the new query re-reads its input.
+ABANDONED = "abandoned"
 
 
 @dataclass(frozen=True)
@@ -68,27 +71,37 @@ class Participant:
 
 @dataclass(frozen=True)
 class Decision:
-    """The durable record of one batch's outcome: ``decided`` (commit them all) or ``done``."""
+    """The durable record of one batch's outcome: ``decided`` (commit them all), ``done``,
+    or ``abandoned``.
+
+    ``progress`` (optional, JSON) is what the batch consumed, committed atomically with
+    its first participant (the Kafka sink: the source group's end offsets).
+    """
 
     query_id: str
     batch_id: int
     state: str
     participants: tuple[Participant, ...] = ()
+    progress: Optional[Mapping[str, Any]] = None
 
     def same_batch(self, query_id: str, batch_id: int) -> bool:
         return self.query_id == query_id and self.batch_id == int(batch_id)
 
     def with_state(self, state: str) -> "Decision":
-        return Decision(self.query_id, self.batch_id, state, self.participants)
+        return Decision(self.query_id, self.batch_id, state, self.participants, self.progress)
 
     def to_json(self) -> dict:
-        return {"queryId": self.query_id, "batchId": self.batch_id, "state": self.state,
-                "transactions": [p.to_json() for p in self.participants]}
+        out = {"queryId": self.query_id, "batchId": self.batch_id, "state": self.state,
+               "transactions": [p.to_json() for p in self.participants]}
+        if self.progress is not None:
+            out["progress"] = dict(self.progress)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Decision":
         return cls(str(data["queryId"]), int(data["batchId"]), str(data["state"]),
-                   tuple(Participant.from_json(p) for p in data.get("transactions") or ()))
+                   tuple(Participant.from_json(p) for p in data.get("transactions") or ()),
+                   data.get("progress"))
 
 
 @dataclass(frozen=True)
@@ -138,6 +151,17 @@ class Participants(Protocol):
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
         """Why decided participants can be lost and which settings to check (for the error)."""
+
+
+class ProgressCarrier(Protocol):
+    """Optional part of :class:`Participants` for sinks whose decisions carry ``progress``."""
+
+    def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
+        """Attach ``progress`` to ``participant`` so both commit atomically (a no-op if the
+        participant is no longer open); with None, store the progress on its own."""
+
+    def committed(self, participant: Participant) -> bool:
+        """Whether ``participant`` is committed (or certain to be)."""
 
 
 class TaskTransaction(Protocol):

@@ -7,27 +7,37 @@ the batch at hand) and returns what to do. The I/O lives in :mod:`.committer`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
+from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, DoneMark, Participant
 
 
 @dataclass(frozen=True)
 class RecoveryContext:
-    """What recovery knows: the sink's latest decision and the ids it still has open."""
+    """What recovery knows: the sink's latest decision, the ids it still has open, and
+    the id of the query recovering (None if unknown)."""
 
     latest: Optional[Decision]
     open_ids: Sequence[str] = ()
+    query_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class RecoveryPlan:
     """``finish``: decided participants to commit; ``fence``: leftover ids to abort;
-    ``mark``: what the tasks of the next batch may skip."""
+    ``mark``: what the tasks of the next batch may skip.
+
+    ``only_if_started``: finish the decision only if its first participant is already
+    committed, and otherwise abandon it (abort all of it). Set for a decided batch that
+    carries its progress and belongs to another query: that query's checkpoint is gone,
+    and the new query started where the progress says — after the batch if the first
+    participant (which carries the progress) committed, before it if not.
+    """
 
     finish: Optional[Decision]
     fence: tuple[str, ...]
     mark: DoneMark
+    only_if_started: bool = False
 
 
 def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
@@ -40,8 +50,10 @@ def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
     finish = latest if latest is not None and latest.state == DECIDED else None
     keep = {p.id for p in finish.participants} if finish else set()
     fence = tuple(sorted({i for i in ctx.open_ids if i not in keep}))
-    mark = DoneMark(latest.query_id, latest.batch_id) if latest is not None else DoneMark()
-    return RecoveryPlan(finish, fence, mark)
+    mark = DoneMark(latest.query_id, latest.batch_id) if latest is not None and latest.state != ABANDONED \
+        else DoneMark()
+    foreign = finish is not None and ctx.query_id is not None and finish.query_id != ctx.query_id
+    return RecoveryPlan(finish, fence, mark, only_if_started=foreign and finish.progress is not None)
 
 
 @dataclass(frozen=True)
@@ -62,15 +74,16 @@ def to_commit(participants: Iterable[Optional[Participant]]) -> tuple[Participan
 
 
 def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
-                participants: Iterable[Optional[Participant]]) -> CommitPlan:
+                participants: Iterable[Optional[Participant]],
+                progress: Optional[Mapping[str, Any]] = None) -> CommitPlan:
     """Idempotent per batch: a batch already done is a no-op; a batch already decided is
     finished with the participants *recorded* in its decision, never with new ones."""
-    if latest is not None and latest.same_batch(query_id, batch_id):
+    if latest is not None and latest.same_batch(query_id, batch_id) and latest.state != ABANDONED:
         if latest.state == DONE:
             return CommitPlan(noop=True)
         return CommitPlan(noop=False, decision=latest, write_decision=False)
     earlier = latest if latest is not None and latest.state == DECIDED else None
-    decision = Decision(query_id, int(batch_id), DECIDED, to_commit(participants))
+    decision = Decision(query_id, int(batch_id), DECIDED, to_commit(participants), progress)
     return CommitPlan(noop=False, decision=decision, earlier=earlier)
 
 

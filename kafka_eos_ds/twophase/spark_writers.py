@@ -89,6 +89,10 @@ class TwoPhaseSparkDriver:
         """False when the sink runs without the protocol (e.g. at-least-once)."""
         return True
 
+    def _progress(self, batch_id: int) -> Optional[dict]:
+        """What batch ``batch_id`` consumed, to commit with it (None: nothing)."""
+        return None
+
     # -- driver entry points ----------------------------------------------------
 
     def _commit(self, messages: List[Optional[WriterCommitMessage]], batch_id: int, query: Optional[str]) -> None:
@@ -96,8 +100,9 @@ class TwoPhaseSparkDriver:
             return
         msgs = [m for m in messages if isinstance(m, self._message_type)]
         query = next((m.query_id for m in msgs if m.query_id), None) or query or ""
+        progress = self._progress(batch_id)
         with self._committer() as committer:
-            committer.commit(query, batch_id, [m.participant() for m in msgs])
+            committer.commit(query, batch_id, [m.participant() for m in msgs], progress)
 
     def _abort(self, messages: List[Optional[WriterCommitMessage]], batch_id: int, query: Optional[str]) -> None:
         if not self._two_phase():
