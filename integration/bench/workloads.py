@@ -1,126 +1,189 @@
-"""The measured workloads. Each function runs one variant once and returns seconds.
+"""The measured workloads. Each function runs one variant once and returns its ``Timing``.
 
 All Spark variants run in one SparkSession (one JVM with the built-in connector's jars
 and kafka_eos registered), alternated A/B/A/B by the runner so machine drift affects
-every variant alike. Raw-client ceilings run in a plain child process (no Spark).
+every variant alike. Raw-client ceilings run in plain child processes (no Spark).
+kafka_eos's exactly-once sink runs as ``kafka_eos_timed`` (the same writers with the
+driver commit timed, see :mod:`integration.bench.formats`) when given a ``CommitLog``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 
+from dataclasses import dataclass
+
+from integration.bench.formats import COMMIT_LOG_OPTION, CommitLog
+
 BUILTIN = "kafka"
 EOS = "kafka_eos"
 
 
+@dataclass(frozen=True)
+class Timing:
+    seconds: float                        # wall clock: query or job start to its end
+    in_batches: float | None = None       # streaming: the sum of the micro-batches' trigger time
+
+
+def _streaming(query, started: float) -> Timing:
+    """Wait for an AvailableNow query; the time in its batches excludes the per-query start
+    (for a Python source, Spark starts a fresh Python process for the driver-side reader)."""
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    return Timing(seconds, sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000)
+
+
 def _reader(spark, fmt: str, bootstrap: str, topic: str, max_offsets: int | None = None):
+    # read_committed for both connectors (kafka_eos's default), so both do the same work.
     reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest"))
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("kafka.isolation.level", "read_committed"))
     if max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
     return reader.load()
 
 
-def source_read(spark, fmt: str, bootstrap: str, topic: str, **_) -> float:
+def _eos_options(writer, fmt: str, commits: CommitLog | None, guarantee: str = "exactly_once"):
+    """The kafka_eos sink's own options (a fresh transactional-id prefix per run)."""
+    if fmt == BUILTIN:
+        return writer
+    writer = writer.option("deliveryGuarantee", guarantee).option("transactionalIdPrefix",
+                                                                  f"bench-{uuid.uuid4().hex[:8]}")
+    return writer.option(COMMIT_LOG_OPTION, commits.path) if commits else writer
+
+
+def source_read(spark, fmt: str, bootstrap: str, topic: str, **_) -> Timing:
     """Read the whole topic with Trigger.AvailableNow into Spark's noop sink."""
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
         started = time.perf_counter()
         query = (_reader(spark, fmt, bootstrap, topic).writeStream.format("noop")
                  .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
-        query.awaitTermination()
-        return time.perf_counter() - started
+        return _streaming(query, started)
 
 
 def sink_write(spark, fmt: str, bootstrap: str, records: int, size: int, out_topic: str,
-               guarantee: str = "exactly_once", partitions: int = 4, **_) -> float:
+               guarantee: str = "exactly_once", partitions: int = 4, commits: CommitLog | None = None,
+               **_) -> Timing:
     """Write ``records`` generated rows (key, value of ``size`` bytes) as a batch job."""
     df = (spark.range(0, records, 1, partitions)
           .selectExpr("cast(id % 1000 as string) as key",
                       f"concat(cast(id as string), '|', repeat('x', {max(size - 12, 1)})) as value"))
+    # Python data sources accept only append/overwrite save modes (a Spark rule).
     writer = df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
-    if fmt == EOS:
-        writer = writer.option("deliveryGuarantee", guarantee).option("transactionalIdPrefix",
-                                                                        f"bench-{uuid.uuid4().hex[:8]}")
+    writer = _eos_options(writer, fmt, commits, guarantee)
     started = time.perf_counter()
     writer.save()
-    return time.perf_counter() - started
+    return Timing(time.perf_counter() - started)
 
 
-def pipeline(spark, fmt: str, bootstrap: str, topic: str, out_topic: str, max_offsets: int, **_) -> float:
-    """Kafka -> Spark -> Kafka with AvailableNow: exactly-once (kafka_eos) or at-least-once (built-in)."""
-    df = _reader(spark, fmt, bootstrap, topic, max_offsets).selectExpr("key", "value")
+def pipeline(spark, fmt: str, bootstrap: str, topic: str, out_topic: str, max_offsets: int,
+             commits: CommitLog | None = None, **_) -> Timing:
+    """Kafka -> Spark -> Kafka with AvailableNow in batches of ``max_offsets`` records:
+    kafka_eos source into the kafka_eos exactly-once sink, or the built-in source into the
+    built-in (at-least-once) sink."""
+    df = _reader(spark, EOS if fmt != BUILTIN else BUILTIN, bootstrap, topic, max_offsets).selectExpr("key", "value")
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
         writer = (df.writeStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
                   .option("topic", out_topic).option("checkpointLocation", ckpt).trigger(availableNow=True))
-        if fmt == EOS:
-            writer = writer.option("transactionalIdPrefix", f"bench-{uuid.uuid4().hex[:8]}")
+        writer = _eos_options(writer, fmt, commits)
         started = time.perf_counter()
-        writer.start().awaitTermination()
-        return time.perf_counter() - started
+        return _streaming(writer.start(), started)
 
 
+# The raw client ceiling: confluent-kafka in plain processes (no Spark), as many as Spark
+# has cores, each with a share of the partitions (or of the records to produce). Client
+# settings are the connector's (source: 10 ms fetch.queue.backoff.ms, 8 MiB partition
+# fetches, read_committed; sink: acks=all, idempotence), the cyclic GC is off, and the
+# per-record work is the least that touches every key and value. Each process times
+# itself after its client is set up; a run's time spans the first start to the last end.
 RAW_SCRIPT = r"""
-import json, sys, time
-from confluent_kafka import Consumer, Producer, TopicPartition
+import gc, json, sys, time
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+gc.disable()
 args = json.loads(sys.argv[1])
-bs, mode = args["bootstrap"], args["mode"]
-def consume(topic, partitions, on_msgs):
+bs, mode, share, of = args["bootstrap"], args["mode"], args["share"], args["of"]
+KEYS = [str(i).encode() for i in range(1000)]
+
+def producer():
+    return Producer({"bootstrap.servers": bs, "linger.ms": 5, "acks": "all", "enable.idempotence": True})
+
+def send(p, topic, value, key):
+    while True:
+        try:
+            p.produce(topic, value, key)
+            return
+        except BufferError:
+            p.poll(0.01)
+
+def consume(on_msgs):
+    topic = args["topic"]
+    parts = [p for p in range(args["partitions"]) if p % of == share]
     c = Consumer({"bootstrap.servers": bs, "group.id": "bench-raw", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "fetch.max.bytes": 52428800})
-    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    pending = {p for p, e in ends.items() if e > 0}
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "fetch.queue.backoff.ms": 10, "max.partition.fetch.bytes": 8 * 1024 * 1024})
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    pending = {p for p, end in ends.items() if end > 0}
+    started = time.time()
+    c.assign([TopicPartition(topic, p, 0) for p in parts])
     n = 0
     while pending:
-        msgs = c.consume(10000, 1.0)
-        good = [m for m in msgs if m.error() is None]
-        n += len(good)
-        on_msgs(good)
-        for m in good:
-            if m.offset() + 1 >= ends[m.partition()]:
-                pending.discard(m.partition())
+        msgs = c.consume(10000, 0.1)
+        if any(map(Message.error, msgs)):
+            for m in msgs:
+                if m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
+                    if m.offset() >= ends[m.partition()]:
+                        pending.discard(m.partition())
+                elif m.error() is not None:
+                    raise RuntimeError(str(m.error()))
+            msgs = [m for m in msgs if m.error() is None]
+        n += len(msgs)
+        on_msgs(msgs)
     c.close()
-    return n
-started = time.perf_counter()
+    return started, n
+
 if mode == "produce":
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 5, "batch.size": 1000000, "acks": "all",
-                  "enable.idempotence": True})
+    p = producer()
+    n = args["records"] // of + (args["records"] % of if share == 0 else 0)
     value = b"x" * args["size"]
-    for i in range(args["records"]):
-        while True:
-            try:
-                p.produce(args["out_topic"], key=str(i % 1000).encode(), value=value); break
-            except BufferError:
-                p.poll(0.01)
+    started = time.time()
+    for i in range(n):
+        send(p, args["out_topic"], value, KEYS[i % 1000])
+        if i % 10000 == 0:
+            p.poll(0)
     p.flush(120)
-    n = args["records"]
 elif mode == "consume":
-    n = consume(args["topic"], args["partitions"], lambda msgs: [(m.key(), m.value()) for m in msgs])
-else:  # consume -> produce, plain (no transactions): the pipeline's ceiling
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 5, "batch.size": 1000000, "acks": "all",
-                  "enable.idempotence": True})
+    started, n = consume(lambda msgs: (list(map(Message.key, msgs)), list(map(Message.value, msgs))))
+else:  # consume -> produce, no transactions: the pipeline's ceiling
+    p = producer()
+    out = args["out_topic"]
     def forward(msgs):
         for m in msgs:
-            while True:
-                try:
-                    p.produce(args["out_topic"], key=m.key(), value=m.value()); break
-                except BufferError:
-                    p.poll(0.01)
-    n = consume(args["topic"], args["partitions"], forward)
+            send(p, out, m.value(), m.key())
+        p.poll(0)
+    started, n = consume(forward)
     p.flush(120)
-print(json.dumps({"seconds": time.perf_counter() - started, "records": n}))
+print(json.dumps({"start": started, "end": time.time(), "records": n}))
 """
 
 
-def raw(mode: str, **args) -> float:
-    """Run a raw confluent-kafka client loop in a plain process; returns its seconds."""
-    out = subprocess.run([sys.executable, "-c", RAW_SCRIPT, json.dumps({"mode": mode, **args})],
-                         capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"raw {mode} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+def raw(mode: str, workers: int = 0, **args) -> Timing:
+    """Run the raw confluent-kafka loop in ``workers`` plain processes (default: one per
+    core, at most one per partition); returns seconds from the first start to the last end."""
+    workers = workers or max(1, min(os.cpu_count() or 1, args.get("partitions") or os.cpu_count() or 1))
+    procs = [subprocess.Popen([sys.executable, "-c", RAW_SCRIPT,
+                               json.dumps({"mode": mode, "share": i, "of": workers, **args})],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(workers)]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"raw {mode} failed: {err[-2000:]}")
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return Timing(max(r["end"] for r in reports) - min(r["start"] for r in reports))
