@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_eos_ds.audit import AuditReport, audit
 from kafka_eos_ds.demo import processes
+from kafka_eos_ds.sink.source_progress import latest_batch
 
 Progress = Callable[[str, float], None]
 
@@ -301,14 +302,6 @@ def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str
         time.sleep(0.5)
 
 
-def _latest_batch(directory: Path) -> int:
-    """The highest batch id in a checkpoint log directory (-1 if none)."""
-    try:
-        return max((int(p.name) for p in directory.iterdir() if p.name.isdigit()), default=-1)
-    except OSError:
-        return -1
-
-
 def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress,
                        frac: Callable[[], float]) -> bool:
     """SIGKILL the driver once a batch has written to OUT but is not recorded as committed.
@@ -329,7 +322,7 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, 
             if frac() >= 1.0:
                 return False
             pipeline.ensure_running()
-            planned, committed = _latest_batch(checkpoint / "offsets"), _latest_batch(checkpoint / "commits")
+            planned, committed = latest_batch(checkpoint, "offsets"), latest_batch(checkpoint, "commits")
             if planned > committed:
                 if watching[0] != planned:
                     watching = (planned, high())

@@ -45,10 +45,10 @@ def query_id(checkpoint: Path) -> Optional[str]:
         return None
 
 
-def latest_batch(checkpoint: Path) -> int:
-    """The highest batch id in the offset log (-1 if none)."""
+def latest_batch(checkpoint: Path, log: str = "offsets") -> int:
+    """The highest batch id in one of the checkpoint's logs (``offsets``, ``commits``); -1 if none."""
     try:
-        return max((int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), default=-1)
+        return max((int(p.name) for p in (checkpoint / log).iterdir() if p.name.isdigit()), default=-1)
     except OSError:
         return -1
 
