@@ -56,12 +56,6 @@ class TxnState:
     start_time_ms: int = -1
 
 
-def _group_kind() -> Any:
-    from kafka.protocol.metadata import CoordinatorType
-
-    return CoordinatorType.GROUP
-
-
 def error_name(code: int) -> str:
     import kafka.errors as kerrors
 
@@ -118,16 +112,16 @@ class TransactionCoordinator:
         try:
             response = admin._manager.run(go)
         except Exception as exc:
-            self._forget_coordinator(transactional_id, kind)
+            self._forget_coordinator(transactional_id, group=group)
             raise KafkaClientError(f"Coordinator call for {transactional_id} failed: {exc}", retriable=True) from exc
         if getattr(response, "error_code", NONE) in _MOVED:
-            self._forget_coordinator(transactional_id, kind)
+            self._forget_coordinator(transactional_id, group=group)
         return response
 
-    def _forget_coordinator(self, key: str, kind: Any = None) -> None:
+    def _forget_coordinator(self, key: str, *, group: bool = False) -> None:
         from kafka.protocol.metadata import CoordinatorType
 
-        kind = CoordinatorType.TRANSACTION if kind is None else kind
+        kind = CoordinatorType.GROUP if group else CoordinatorType.TRANSACTION
         # kafka-python caches coordinators; after a move the cached node is wrong.
         coords = getattr(self._admin._manager.cluster, "_coordinators", None)
         if isinstance(coords, dict):
@@ -163,8 +157,8 @@ class TransactionCoordinator:
         response = self._send_to_coordinator(group_id, commit, group=True)
         for topic in response.topics:
             for part in topic.partitions:
-                if part.error_code in _MOVED:
-                    self._forget_coordinator(group_id, _group_kind())
+                if part.error_code in _MOVED:  # per partition here, not in the response's header
+                    self._forget_coordinator(group_id, group=True)
                 self._raise_for(int(part.error_code), f"TxnOffsetCommit({transactional_id}, group {group_id!r}, "
                                                       f"{topic.name}-{part.partition_index})")
 
