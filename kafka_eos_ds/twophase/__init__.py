@@ -23,7 +23,7 @@ from kafka_eos_ds.twophase.protocol import (
 from kafka_eos_ds.twophase.recovery import RecoveryContext, RecoveryPlan, plan_abort, plan_commit, plan_recovery
 
 __all__ = [
-    "ABANDONED", "ProgressCarrier", "DECIDED", "DONE", "Decision", "DecisionLog", "DoneMark", "Outcome", "Participant", "Participants",
-    "TaskTransaction", "TwoPhaseCommitter", "RecoveryContext", "RecoveryPlan", "plan_abort", "plan_commit",
+    "ABANDONED", "DECIDED", "DONE", "Decision", "DecisionLog", "DoneMark", "Outcome", "Participant", "Participants",
+    "ProgressCarrier", "TaskTransaction", "TwoPhaseCommitter", "RecoveryContext", "RecoveryPlan", "plan_abort", "plan_commit",
     "plan_recovery",
 ]

@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
 from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase.protocol import ABANDONED, DONE, Decision, DecisionLog, DoneMark, Outcome, Participant, Participants
+from kafka_eos_ds.twophase.protocol import (ABANDONED, DONE, Decision, DecisionLog, DoneMark, Outcome, Participant,
+                                            Participants)
 from kafka_eos_ds.twophase.recovery import RecoveryContext, plan_abort, plan_commit, plan_recovery
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class TwoPhaseCommitter:
             # no output to be atomic with: it is stored on its own.
             self._fence(superseded)
             if progress is not None:
-                self._retrying(lambda: self.participants.carry(progress, None), "storing the batch's progress")
+                self._retrying(lambda: self.participants.carry(progress, None), "Could not store the batch's progress")
             return
         if plan.write_decision:
             self.decisions.write(decision)
@@ -138,7 +139,7 @@ class TwoPhaseCommitter:
 
     def _started(self, decision: Decision) -> bool:
         first = decision.participants[0]
-        return self._retrying(lambda: self.participants.committed(first), f"asking whether {first.id} committed")
+        return self._retrying(lambda: self.participants.committed(first), f"Could not learn whether {first.id} committed")
 
     def _commit_all(self, decision: Decision, batch_id: int) -> None:
         parts = list(decision.participants)
@@ -149,7 +150,7 @@ class TwoPhaseCommitter:
             # The batch's progress rides in the first participant, so the two become
             # visible together; a no-op when that participant already committed.
             self._retrying(lambda: self.participants.carry(decision.progress, first),
-                           f"attaching the batch's progress to {first.id}")
+                           f"Could not attach the batch's progress to {first.id}")
             faults.check("driver-after-progress", batch=batch_id)
         # The first one alone, so a crash test can stop between "some" and "all".
         outcomes = [(first, self._commit_one(first))]
@@ -168,37 +169,29 @@ class TwoPhaseCommitter:
             )
 
     def _commit_one(self, participant: Participant) -> Outcome:
+        return self._retrying(lambda: self.participants.commit(participant),
+                              f"Could not learn the outcome of committing {participant.id}", again=Outcome.RETRY)
+
+    def _retrying(self, call: Callable[[], Any], failure: str, *, again: Any = None) -> Any:
+        """``call()`` until it answers something other than ``again``, retrying retriable
+        client errors, with backoff, for commit_timeout_s; then a retriable TransactionError
+        that starts with ``failure``. A non-retriable client error is raised as it is."""
         deadline = self._clock() + self.commit_timeout_s
         delay = 0.05
         last: Optional[BaseException] = None
         while True:
             try:
-                outcome = self.participants.commit(participant)
-                if outcome is not Outcome.RETRY:
-                    return outcome
+                answer = call()
+                if again is None or answer is not again:
+                    return answer
             except KafkaClientError as exc:
                 if not exc.retriable:
                     raise
                 last = exc
             if self._clock() >= deadline:
                 raise TransactionError(
-                    f"Could not learn the outcome of committing {participant.id} within "
-                    f"{self.commit_timeout_s:.0f}s (last error: {last}). The commit decision is stored; "
-                    "restarting the query finishes the commit.", retriable=True) from last
-            self._sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-    def _retrying(self, call: Callable[[], Any], what: str) -> Any:
-        """``call()``, retried with backoff on retriable client errors for commit_timeout_s."""
-        deadline = self._clock() + self.commit_timeout_s
-        delay = 0.05
-        while True:
-            try:
-                return call()
-            except KafkaClientError as exc:
-                if not exc.retriable or self._clock() >= deadline:
-                    raise TransactionError(f"Failed {what}: {exc}. The commit decision is stored; restarting the "
-                                           "query finishes the commit.", retriable=exc.retriable) from exc
+                    f"{failure} within {self.commit_timeout_s:.0f}s (last error: {last}). The commit decision is "
+                    "stored; restarting the query finishes the commit.", retriable=True) from last
             self._sleep(delay)
             delay = min(delay * 2, 2.0)
 
