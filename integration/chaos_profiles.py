@@ -32,9 +32,8 @@ PROFILES = {
         Scenario("checkpoint lost", 8_000, 2, 3, ["checkpoint-lost", "driver-inbatch", "checkpoint-lost"],
                  max_offsets=1000),
     ],
-    # 1000 offsets per batch: every bounce waits for fresh output and each kill costs a
-    # restart, so the input must outlast 6-18 bounces (with 5000 a run ran out of input
-    # before its last two bounces).
+    # ``records`` is the least input: the run keeps feeding IN while bounces remain
+    # (InputFeeder), so a fast run cannot drain its input before its last bounce.
     "full": [
         Scenario("2->3 partitions, mixed bounces", 100_000, 2, 3, _MIXED * 3, max_offsets=1000),
         Scenario("1->1 partition, order kept", 100_000, 1, 1,
@@ -49,9 +48,8 @@ PROFILES = {
 
 # Spark's built-in sink (at-least-once) under the same kind of run, for comparison: its
 # duplicates are counted, not asserted. Kills aimed inside a batch are what it replays.
-# Its batches run faster than the exactly-once sink's, so the full run uses 200 offsets
-# per batch for its input to outlast the same 18 bounces (with 1000 it ran out after 16
-# bounces, with 500 after 17).
+# Its batches run faster than the exactly-once sink's; 200 offsets per batch in the full
+# run give it about as many batches per bounce.
 BUILTIN = {
     "reduced": Scenario("built-in sink, driver-inbatch x3", 8_000, 2, 3, ["driver-inbatch"] * 3, max_offsets=1000),
     "full": Scenario("built-in sink, 2->3 partitions, mixed bounces", 100_000, 2, 3, _MIXED * 3, max_offsets=200),

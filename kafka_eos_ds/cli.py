@@ -104,7 +104,7 @@ def _demo_commands(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="run the exactly-once pipeline with driver crashes, then audit it")
     demo.add_argument("--bootstrap", help="use this Kafka instead of starting an embedded one")
     demo.add_argument("--brokers", type=int, default=1, help="embedded Kafka nodes (default: %(default)s)")
-    demo.add_argument("--records", type=int, default=20_000, help="input records (default: %(default)s)")
+    demo.add_argument("--records", type=int, default=20_000, help="input records, at least: more are fed while crashes remain (default: %(default)s)")
     demo.add_argument("--crashes", type=int, default=3, help="driver kills (SIGKILL) before the final run")
     demo.add_argument("--seed", type=int, default=None, help="random seed for the crash moments")
     demo.add_argument("--workdir", default=".kafka-eos/demo", help="checkpoint, logs, embedded Kafka")
@@ -143,7 +143,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.json:
         print(result.report.to_json())
     else:
-        print(f"kafka-eos demo: {plan.records:,} records, {result.crashes} driver crashes, {result.runs} runs, "
+        print(f"kafka-eos demo: {result.fed:,} records, {result.crashes} driver crashes, {result.runs} runs, "
               f"{result.seconds:.0f}s (seed {seed})")
         print(result.report.table())
         print(f"tailing read_committed consumer: {result.tail_records:,} records read while the job ran and "

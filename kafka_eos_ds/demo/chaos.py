@@ -1,7 +1,7 @@
 """Crash a running exactly-once pipeline again and again, then prove nothing was lost
 or duplicated.
 
-One run: seed topic IN with records that carry unique ids, start the pipeline
+One run: feed topic IN with records that carry unique ids, start the pipeline
 (:mod:`kafka_eos_ds.demo.job`) as its own driver process, SIGKILL it (with its JVM and
 Python workers) at random moments and start it again from the same checkpoint, then
 let a final run drain the input (Trigger.AvailableNow) and audit OUT. A tailing
@@ -50,7 +50,7 @@ class ChaosPlan:
 
     bootstrap: str
     workdir: Path
-    records: int = 20_000
+    records: int = 20_000  # the least input; more is fed while bounces remain
     input_partitions: int = 2
     output_partitions: int = 3
     bounces: list[str] = field(default_factory=lambda: ["driver-hard"] * 3)
@@ -77,6 +77,7 @@ class ChaosResult:
     tail_records: int
     input_topic: str
     output_topic: str
+    fed: int  # input records written (at least plan.records; more if the bounces took long)
 
     @property
     def ok(self) -> bool:
@@ -91,10 +92,22 @@ def create_topics(bootstrap: str, names: dict[str, int], replication: int) -> No
 
 
 def seed_input(bootstrap: str, topic: str, records: int, keys: int = 64) -> None:
+    producer = _input_producer(bootstrap)
+    _produce_ids(producer, topic, range(records), keys)
+    if producer.flush(120):
+        raise RuntimeError(f"seeding {topic} did not finish")
+
+
+def _input_producer(bootstrap: str):
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    for i in range(records):
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+
+
+def _produce_ids(producer, topic: str, ids: range, keys: int) -> None:
+    """Records ``b"<id>|..."`` keyed ``k<id % keys>``: one producer, ids in order, so
+    each key's records are in id order (what the audit's order check relies on)."""
+    for i in ids:
         while True:
             try:
                 producer.produce(topic, key=f"k{i % keys}".encode(), value=f"{i}|record {i} of the demo".encode())
@@ -103,8 +116,54 @@ def seed_input(bootstrap: str, topic: str, records: int, keys: int = 64) -> None
                 producer.poll(0.05)
         if i % 5000 == 0:
             producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError(f"seeding {topic} did not finish")
+
+
+class InputFeeder(threading.Thread):
+    """Keeps IN ahead of the pipeline while the bounces go on, then tops it up.
+
+    Seeding all the input up front let a fast run drain it before its last bounce (a
+    bounce on an idle pipeline proves little, and one aimed inside a batch never comes).
+    So the feeder keeps about ``ahead`` records not yet seen in OUT, until ``finish()``;
+    then it writes whatever is missing to reach ``at_least`` and stops. The input is the
+    ids 0..fed-1, so ``fed`` is at least ``at_least`` and grows with the bounces' length.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, at_least: int, ahead: int, seen: Callable[[], int],
+                 keys: int = 64) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.at_least, self.ahead, self.seen, self.keys = (
+            bootstrap, topic, at_least, ahead, seen, keys)
+        self.fed = 0
+        self.finishing = threading.Event()
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        try:
+            producer = _input_producer(self.bootstrap)
+            while not self.finishing.is_set():
+                if self.fed - self.seen() < self.ahead:
+                    self._feed(producer, self.ahead // 2)
+                else:
+                    self.finishing.wait(0.2)
+            self._feed(producer, max(0, self.at_least - self.fed))
+        except BaseException as exc:  # surfaced by finish(): a feeder that died would starve the run
+            self.error = exc
+
+    def _feed(self, producer, count: int) -> None:
+        _produce_ids(producer, self.topic, range(self.fed, self.fed + count), self.keys)
+        if producer.flush(120):
+            raise RuntimeError(f"writing input to {self.topic} did not finish")
+        self.fed += count
+
+    def finish(self) -> int:
+        """Stop feeding (after topping up to ``at_least``); the number of records fed."""
+        self.finishing.set()
+        self.join(180)
+        if self.error is not None:
+            raise RuntimeError(f"feeding {self.topic} failed: {self.error}") from self.error
+        if self.is_alive():
+            raise TimeoutError(f"feeding {self.topic} did not finish in 180s")
+        return self.fed
 
 
 def committed_end(bootstrap: str, topic: str) -> int:
@@ -235,13 +294,14 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
     input_topic, output_topic = f"demo-in-{run_id}", f"demo-out-{run_id}"
     create_topics(plan.bootstrap, {input_topic: plan.input_partitions, output_topic: plan.output_partitions},
                   plan.replication)
-    progress(f"seeding {plan.records:,} records", 0.0)
-    seed_input(plan.bootstrap, input_topic, plan.records)
     tail = TailingReader(plan.bootstrap, output_topic)
     tail.start()
+    # Three batches ahead: one in flight, more queued, whatever the run's pace.
+    feeder = InputFeeder(plan.bootstrap, input_topic, plan.records, 3 * plan.max_offsets, lambda: len(tail.ids))
+    feeder.start()
     pipeline = _Pipeline(plan, input_topic, output_topic)
     # Progress: distinct ids a read_committed reader has seen so far.
-    frac = lambda: min(1.0, len(tail.ids) / max(plan.records, 1))
+    frac = lambda: min(1.0, len(tail.ids) / max(plan.records, feeder.fed, 1))
     done = 0
     try:
         for number, bounce in enumerate(plan.bounces, 1):
@@ -265,17 +325,19 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
             done += 1
             progress(f"bounce {number}/{len(plan.bounces)}: {bounce} done", frac())
         pipeline.kill(hard=False)
+        fed = feeder.finish()
         _drain(plan, pipeline, progress, frac)
         progress("auditing", 1.0)
         report = audit({"bootstrap.servers": plan.bootstrap}, input_topic, output_topic)
         time.sleep(2.0)  # let the tailing reader catch up before it stops
     finally:
+        feeder.finishing.set()
         if pipeline.proc is not None and pipeline.proc.poll() is None:
             processes.kill_tree(pipeline.proc.pid)
         tail.stopping.set()
         tail.join(10)
     return ChaosResult(report, done, pipeline.runs, time.monotonic() - started, tail.duplicates,
-                       sum(tail.ids.values()), input_topic, output_topic)
+                       sum(tail.ids.values()), input_topic, output_topic, fed)
 
 
 def _error_tail(log: Path, lines: int = 12) -> str:
