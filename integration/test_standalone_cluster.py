@@ -25,7 +25,7 @@ from integration.standalone import StandaloneCluster, executor_python, spark_env
 from integration.test_registration import REPO, _package_zip
 from kafka_eos_ds.audit import audit
 from kafka_eos_ds.demo import processes
-from kafka_eos_ds.demo.chaos import TailingReader, create_topics, seed_input
+from kafka_eos_ds.demo.chaos import InputFeeder, TailingReader, create_topics
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
 # 20 batches: enough that the input outlasts the four bounces (each waits for the
@@ -125,12 +125,14 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
     run_id = uuid.uuid4().hex[:8]
     source, sink = f"cluster-in-{run_id}", f"cluster-out-{run_id}"
     create_topics(kafka.bootstrap, {source: 2, sink: 3}, kafka.replication())
-    seed_input(kafka.bootstrap, source, RECORDS)
     args = ["--bootstrap", kafka.bootstrap, "--input", source, "--output", sink,
             "--checkpoint", str(tmp_path / "checkpoint"), "--prefix", f"cluster-{run_id}",
             "--max-offsets", str(MAX_OFFSETS)]
     reader = TailingReader(kafka.bootstrap, sink)
     reader.start()
+    # Input keeps coming while the kills go on, so every kill lands on a busy query.
+    feeder = InputFeeder(kafka.bootstrap, source, RECORDS, 3 * MAX_OFFSETS, lambda: len(reader.ids))
+    feeder.start()
     # Driver and executors alike run a Python that only finds kafka_eos_ds in the zip.
     python = executor_python(tmp_path / "python")
     submit = [spark_submit(), "--master", cluster.url, "--py-files", str(_package_zip(tmp_path)),
@@ -155,6 +157,7 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
             kills[kind] += 1
             wait_for_growth(reader, seen_at_kill, stream, f"after kill {sum(kills.values())} ({kind})")
         grown_after_kills = len(reader.ids) - seen_at_kill
+        fed = feeder.finish()
         stream.stop_cleanly()
         drain = Submitted(cluster, submit, [*args, "--available-now"], tmp_path / "submit-drain.log")
         drivers.append(drain)
@@ -162,6 +165,7 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
         report = audit({"bootstrap.servers": kafka.bootstrap}, source, sink)
         time.sleep(2.0)  # let the tailing reader catch up before it stops
     finally:
+        feeder.finishing.set()
         for driver in drivers:  # a failed test leaves no driver behind
             if driver.proc.poll() is None:
                 processes.kill_tree(driver.proc.pid)
@@ -176,7 +180,7 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
                "executors_launched": len(cluster.executor_dirs()), "seconds": seconds}
     _record("standalone 2 workers: executor kills", figures)
     print("standalone cluster: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
-    assert report.records_in == RECORDS, report.table()
+    assert report.records_in == fed >= RECORDS, report.table()
     assert report.duplicates == 0, report.table()
     assert report.losses == 0, report.table()
     assert report.unexpected == 0, report.table()

