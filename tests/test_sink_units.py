@@ -128,3 +128,76 @@ def test_a_topic_is_required_from_the_option_or_a_column():
                      StructField("partition", IntegerType()), StructField("headers", headers)])
     cfg = SinkConfig.from_options({k: v for k, v in OPTS.items() if k != "topic"}, ok)
     assert (cfg.columns.topic, cfg.columns.partition, cfg.columns.headers) == (1, 2, 3)
+
+
+def test_open_ids_are_the_sinks_ongoing_transactions_only():
+    """Recovery aborts what is Ongoing; a transaction already committing or aborting (the
+    last batch's, markers still being written) ends by itself and is left alone."""
+    from kafka_eos_ds.sink.participants import KafkaTransactions
+
+    class Listing:
+        def list_transactions(self, id_regex):
+            return [("etl-0-0", 7, "Ongoing"), ("etl-1-0", 8, "PrepareCommit"), ("etl-2-0", 9, "PrepareAbort"),
+                    ("etl-3-1", 10, "Ongoing"), ("etl-x-0", 11, "Ongoing"), ("etl-2-4-0", 12, "Ongoing")]
+
+    assert KafkaTransactions(Listing(), "etl", 60_000).open_ids() == ["etl-0-0", "etl-3-1"]
+
+
+class _ScriptedProducer:
+    """Stands in for confluent_kafka.Producer in a task: records the calls in order; its
+    statistics report the producer id only when served (poll/flush), as librdkafka's do."""
+
+    calls: list = []
+
+    def __init__(self, conf):
+        self.conf = conf
+        _ScriptedProducer.calls = [("new", conf)]
+
+    def _serve(self):
+        self.conf["stats_cb"]('{"eos": {"idemp_state": "Assigned", "producer_id": 42, "producer_epoch": 3}}')
+
+    def list_topics(self, topic=None, timeout=None):
+        self.calls.append(("metadata", topic))
+
+    def init_transactions(self, timeout):
+        self.calls.append("init")
+
+    def begin_transaction(self):
+        self.calls.append("begin")
+
+    def produce(self, topic, value, **kwargs):
+        self.calls.append(("produce", topic, value, kwargs.get("key")))
+
+    def poll(self, timeout=0):
+        self.calls.append("poll")
+        self._serve()
+        return 0
+
+    def flush(self, timeout=None):
+        self.calls.append("flush")
+        self._serve()
+        return 0
+
+
+@pytest.mark.parametrize("options, backoff", [({}, 10), ({"kafka.reconnect.backoff.ms": "250"}, "250")])
+def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(monkeypatch, options, backoff):
+    import confluent_kafka
+    import pyarrow as pa
+
+    from kafka_eos_ds.sink.task_writer import write_partition
+    from kafka_eos_ds.twophase.protocol import DoneMark
+
+    monkeypatch.setattr(confluent_kafka, "Producer", _ScriptedProducer)
+    cfg = SinkConfig.from_options({**OPTS, **options}, SCHEMA)
+    rows = pa.record_batch([pa.array(["k1", "k2"]), pa.array([b"v1", b"v2"])], names=["key", "value"])
+    msg = write_partition(cfg, DoneMark(), iter([rows]), "q", 5)
+    new, *calls = _ScriptedProducer.calls
+    conf = new[1]
+    assert conf["transactional.id"] == "etl-0-0" and conf["reconnect.backoff.ms"] == backoff
+    # Connected first (the second metadata request leaves a learned broker up), then init.
+    assert calls[:4] == [("metadata", "out"), ("metadata", "out"), "init", "begin"]
+    # The producer id is not awaited before producing (no polling between begin and the
+    # rows); it is read after the flush, from the statistics served meanwhile.
+    assert calls[4:6] == [("produce", "out", b"v1", "k1"), ("produce", "out", b"v2", "k2")]
+    assert calls[-1] == "flush" and set(calls[6:]) <= {"poll", "flush"}
+    assert (msg.transactional_id, msg.producer_id, msg.epoch, msg.records) == ("etl-0-0", 42, 3, 2)
