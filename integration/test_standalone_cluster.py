@@ -28,8 +28,8 @@ from kafka_eos_ds.demo import processes
 from kafka_eos_ds.demo.chaos import InputFeeder, TailingReader, create_topics
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
-# 20 batches: enough that the input outlasts the four bounces (each waits for the
-# output to grow again, i.e. one or more batches); the final run drains the rest.
+# The least input (20 batches); more is fed while the bounces go on (InputFeeder), so
+# each bounce finds a busy query; the final run drains the rest.
 RECORDS = 40_000
 MAX_OFFSETS = 2_000
 # What happens, in order, each a moment after the previous one's output recovered:
