@@ -85,12 +85,15 @@ class Submitted:
             pytest.fail(f"the driver did not finish within {timeout:.0f}s:\n{tail(self.log)}")
 
 
-def wait_for_growth(tail_reader: TailingReader, base: int, driver: Submitted, what: str) -> None:
+def wait_for_growth(tail_reader: TailingReader, base: int, driver: Submitted, what: str,
+                    feeder: InputFeeder) -> None:
     deadline = time.monotonic() + STEP_TIMEOUT
     while len(tail_reader.ids) <= base:
         driver.check_running()
-        if len(tail_reader.ids) >= RECORDS:
-            pytest.fail(f"the input ran out before {what}: the kills must land mid-run")
+        # Everything written so far is in the output: the feeder stopped keeping ahead.
+        if len(tail_reader.ids) >= feeder.fed:
+            pytest.fail(f"the input ran out before {what} (feeder error: {feeder.error}): the kills must land "
+                        "mid-run")
         if time.monotonic() > deadline:
             pytest.fail(f"no new output within {STEP_TIMEOUT:.0f}s {what}:\n{tail(driver.log)}")
         time.sleep(0.2)
@@ -146,7 +149,7 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
     try:
         stream = Submitted(cluster, submit, args, tmp_path / "submit-stream.log")
         drivers.append(stream)
-        wait_for_growth(reader, 0, stream, "the first output")
+        wait_for_growth(reader, 0, stream, "the first output", feeder)
         for kind in BOUNCES:
             moment = time.monotonic() + rng.uniform(1.0, 4.0)
             while time.monotonic() < moment:
@@ -155,7 +158,7 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
             seen_at_kill = len(reader.ids)
             processes_killed += bounce(cluster, kind, rng)
             kills[kind] += 1
-            wait_for_growth(reader, seen_at_kill, stream, f"after kill {sum(kills.values())} ({kind})")
+            wait_for_growth(reader, seen_at_kill, stream, f"after kill {sum(kills.values())} ({kind})", feeder)
         grown_after_kills = len(reader.ids) - seen_at_kill
         fed = feeder.finish()
         stream.stop_cleanly()
