@@ -90,8 +90,9 @@ def wait_for_growth(tail_reader: TailingReader, base: int, driver: Submitted, wh
     deadline = time.monotonic() + STEP_TIMEOUT
     while len(tail_reader.ids) <= base:
         driver.check_running()
-        # Everything written so far is in the output: the feeder stopped keeping ahead.
-        if len(tail_reader.ids) >= feeder.fed:
+        # The feeder keeps the input ahead while it runs; stopped, and all it wrote seen,
+        # the input has run out.
+        if not feeder.is_alive() and len(tail_reader.ids) >= feeder.fed:
             pytest.fail(f"the input ran out before {what} (feeder error: {feeder.error}): the kills must land "
                         "mid-run")
         if time.monotonic() > deadline:
