@@ -10,6 +10,7 @@ from the same StructType with pyspark's own converter rather than written by han
 
 from __future__ import annotations
 
+import inspect
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -64,4 +65,8 @@ def check_schema(given: StructType, include_headers: bool) -> None:
 def arrow_schema(include_headers: bool) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(kafka_schema(include_headers), timezone="UTC")
+    schema = kafka_schema(include_headers)
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:  # pyspark >= 4.1
+        return to_arrow_schema(schema, timezone="UTC")
+    # pyspark 4.0 names the same choice differently (UTC-adjusted timestamps).
+    return to_arrow_schema(schema, timestamp_utc=True)
