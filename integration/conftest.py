@@ -123,6 +123,8 @@ def spark_builder(app: str = "kafka-eos-tests", jars: Optional[str] = None):
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.python.worker.reuse", "true")
+        # An idle query reports progress every second (run_to_end waits for it).
+        .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
         .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="kafka-eos-wh-"))
     )
     if jars:

@@ -109,3 +109,28 @@ def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed",
     finally:
         consumer.close()
     return [r for r in out if r.offset < ends[r.partition]]
+
+
+def run_to_end(writer: Any, bootstrap: str, topic: str, timeout: float = 120) -> Any:
+    """Start ``writer`` (a DataStreamWriter reading ``topic``) and run it until it has read
+    what the topic held at start; returns the stopped query.
+
+    Trigger.AvailableNow where Spark drains a Python source in several batches (pyspark
+    4.2+); on older lines (one batch only) a processing-time trigger that is stopped once
+    the query's progress reaches the input's end as it was at start."""
+    from kafka_eos_ds.demo.job import Drain, available_now_supported
+
+    if available_now_supported():
+        query = writer.trigger(availableNow=True).start()
+        finished = query.awaitTermination(timeout)
+    else:
+        drain = Drain(bootstrap, topic)
+        query = writer.trigger(processingTime="200 milliseconds").start()
+        deadline = time.monotonic() + timeout
+        while query.isActive and not drain.reached(query) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        finished = drain.reached(query)
+        query.stop()
+    assert query.exception() is None, query.exception()
+    assert finished, f"the query did not reach the end of {topic} within {timeout} s"
+    return query

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from integration.helpers import produce
+from integration.helpers import produce, run_to_end
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 
 RECORDS = 450        # 2 input partitions, 150 offsets per batch -> batches 0..2
@@ -30,13 +30,11 @@ def test_streaming_query_writes_each_record_once_and_readers_see_only_final_file
     topic = new_topic(2, prefix="fin")
     seed(kafka.bootstrap, topic, 400)
     out = tmp_path / "out"
-    q = (spark.readStream.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
-         .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100")
-         .load().selectExpr("key", "cast(value as string) as value")
-         .writeStream.format("kafka_eos_file").option("path", str(out))
-         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
-    q.awaitTermination(120)
-    assert q.exception() is None
+    run_to_end(spark.readStream.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
+               .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100")
+               .load().selectExpr("key", "cast(value as string) as value")
+               .writeStream.format("kafka_eos_file").option("path", str(out))
+               .option("checkpointLocation", str(tmp_path / "ckpt")), kafka.bootstrap, topic)
     report = audit_files(str(out), 400)
     assert report.ok and report.leftovers == [], report
     finals = sorted(p.name for p in out.glob("part-*"))

@@ -7,6 +7,7 @@ runs once, in a child process, for every comparison (see ``integration/builtin_r
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -85,6 +86,46 @@ def run_available_now(df, checkpoint: str, timeout: float = 120) -> list[list[tu
     return batches
 
 
+def run_until(df, checkpoint: str, rows: int, timeout: float = 120) -> tuple[list[list[tuple]], list[int]]:
+    """Run with a processing-time trigger (any pyspark line) until ``rows`` rows arrived:
+    the normalized rows of each batch, and the offsets each batch that moved spanned."""
+    batches: list[list[tuple]] = []
+    ids: list[int] = []
+    headers = "headers" in df.columns
+
+    def collect(batch_df, batch_id):
+        batches.append(normalized(batch_df, headers))
+        ids.append(batch_id)
+
+    def reported() -> bool:  # progress is posted after the batch, so it may lag its rows
+        last = query.lastProgress
+        return bool(last) and last["batchId"] >= ids[-1]
+
+    query = df.writeStream.foreachBatch(collect).trigger(processingTime="200 milliseconds") \
+        .option("checkpointLocation", checkpoint).start()
+    deadline = time.monotonic() + timeout
+    try:
+        while (sum(len(b) for b in batches) < rows or not reported()) and query.exception() is None:
+            assert time.monotonic() < deadline, f"only {sum(len(b) for b in batches)} of {rows} rows in {timeout} s"
+            time.sleep(0.2)
+        spans = [span for span in (_span(p["sources"][0]) for p in query.recentProgress) if span]
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise query.exception()
+    return batches, spans
+
+
+def _span(source: dict) -> int:
+    def offsets(text):
+        # pyspark 4.0 reports a Python source's offsets as the repr of a dict.
+        value = ast.literal_eval(text) if isinstance(text, str) else text
+        return {(t, p): o for t, parts in (value or {}).items() for p, o in parts.items()}
+
+    start, end = offsets(source["startOffset"]), offsets(source["endOffset"])
+    return sum(o - start.get(tp, 0) for tp, o in end.items())
+
+
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
@@ -158,6 +199,19 @@ def test_available_now_with_admission_control_equals_builtin(spark, kafka, topic
     # 75 committed records over 75+75+6 markers' worth of offsets: at most 40 offsets a batch.
     assert len([b for b in batches if b]) >= 4
     assert all(len(b) <= 40 for b in batches)
+
+
+def test_streaming_read_of_aborted_transactions_in_bounded_batches(spark, kafka, topics, checkpoint):
+    # Every pyspark line: 4.0 and 4.1 pass no read limits, and the reader caps each batch
+    # itself from the end it returned last.
+    df = kafka_eos_reader(spark, kafka.bootstrap, topics["txn"], stream=True, includeHeaders="true",
+                          startingOffsets="earliest", maxOffsetsPerTrigger=40).load()
+    batches, spans = run_until(df, checkpoint, rows=topics["committed"])
+    rows = sorted((r for b in batches for r in b), key=lambda r: (r[2], r[3], r[4]))
+    assert rows == topics["builtin_txn"]
+    # 75 committed records over 156 offsets (aborted records and markers); the last
+    # committed ones lie past offset 130 of the two partitions' 156: at least 4 batches.
+    assert len(spans) >= 4 and max(spans) <= 40, spans
 
 
 def test_restart_resumes_at_next_offset_and_group_follows(spark, kafka, new_topic, checkpoint):

@@ -34,8 +34,22 @@ def register(spark: "SparkSession") -> None:
     from kafka_eos_ds.datasource import KafkaEosDataSource
     from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 
-    spark.dataSource.register(KafkaEosDataSource)
-    spark.dataSource.register(KafkaEosFileDataSource)
+    for source in (KafkaEosDataSource, KafkaEosFileDataSource):
+        try:
+            spark.dataSource.register(source)
+        except Exception as exc:
+            # pyspark 4.0 and 4.1 refuse to re-register a name Spark already discovered
+            # from the installed pyspark_* shim (later lines replace it): the format is
+            # known to this session either way.
+            if _error_condition(exc) != "DATA_SOURCE_ALREADY_EXISTS":
+                raise
+
+
+def _error_condition(exc: Exception) -> str | None:
+    for getter in ("getCondition", "getErrorClass"):  # getErrorClass before pyspark 4.0's rename
+        if hasattr(exc, getter):
+            return getattr(exc, getter)()
+    return None
 
 
 __all__ = [

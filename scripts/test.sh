@@ -2,18 +2,89 @@
 # Runs every test: unit tests (no Kafka, no Spark) and integration tests against a
 # real Apache Kafka (KAFKA_EOS_BOOTSTRAP if set, else Docker if present, else the
 # embedded KRaft brokers) and a real local Spark. Installs what it needs first.
-# Extra arguments go to pytest (e.g. scripts/test.sh tests -k offsets).
+#
+#   scripts/test.sh                        the whole suite on the newest pyspark, then the
+#                                          unit tests and the core integration subset on
+#                                          each older pyspark line (each in its own venv)
+#   scripts/test.sh tests -k offsets       only these pytest arguments, newest pyspark
+#   scripts/test.sh --pyspark 4.0.5 tests  the same on one older line
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh || exit 1
 
-started=$(date +%s)
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
-rc=$?
-echo "test wall time: $(( $(date +%s) - started ))s"
-if [ "$rc" -eq 5 ]; then
-  # pytest's 5 means nothing was collected: for this project that is a broken run.
-  echo "test: pytest collected no tests; failing the run" >&2
-  exit 1
+# The newest patch of each older minor line the package claims (pyproject: pyspark>=4.0).
+OLDER_LINES=(4.0.5 4.1.4 4.2.1)
+# What every older line must pass besides the unit tests (about 8 minutes a line on 2
+# cores): the source (a batch read and bounded streaming batches over aborted
+# transactions, side by side with Spark's built-in connector), the exactly-once sink at
+# crash points 1, 3 (a driver kill mid-commit), 5 and 9, the file sink (a streaming query
+# and a driver kill mid-commit), Spark Connect with a server kill, and the README's main
+# job. The other crash points and the chaos suite run on the newest line only.
+CORE_SUBSET=(
+  "integration/test_source.py::test_batch_read_of_aborted_transactions_equals_builtin_read_committed"
+  "integration/test_source.py::test_streaming_read_of_aborted_transactions_in_bounded_batches"
+  "integration/test_sink_crash.py::test_1_task_dies_before_precommit_is_retried_and_its_transaction_aborted"
+  "integration/test_sink_crash.py::test_3_driver_dies_after_committing_some_transactions"
+  "integration/test_sink_crash.py::test_5_commit_raises_and_abort_leaves_the_decided_batch_alone"
+  "integration/test_sink_crash.py::test_9_zombie_writers_are_fenced_and_never_visible"
+  "integration/test_file_sink.py::test_streaming_query_writes_each_record_once_and_readers_see_only_final_files"
+  "integration/test_file_sink.py::test_3_driver_dies_after_committing_some_files"
+  integration/test_spark_connect.py
+  integration/test_demo.py
+)
+
+# One pytest run in one venv; its summary line goes to $summary.
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
+run_pytest() {  # run_pytest LABEL VENV ARGS...
+  local label=$1 venv=$2; shift 2
+  local started rc log
+  started=$(date +%s)
+  log=$(mktemp)
+  "$venv/bin/python" -m pytest -p no:cacheprovider "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 5 ]; then
+    # pytest's 5 means nothing was collected: for this project that is a broken run.
+    echo "test: pytest collected no tests for $label; failing the run" >&2
+    rc=1
+  fi
+  printf '%-24s %-60s %5ss  exit %s\n' "$label" \
+    "$(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')" \
+    "$(( $(date +%s) - started ))" "$rc" >> "$summary"
+  rm -f "$log"
+  return "$rc"
+}
+
+if [ "${1:-}" = "--pyspark" ]; then
+  version=${2:?"test: --pyspark needs a version, e.g. 4.0.5"}; shift 2
+  scripts/setup.sh --pyspark "$version" || exit 1
+  run_pytest "pyspark $version" ".venv-pyspark-${version%.*}" "$@"
+  exit $?
 fi
-exit "$rc"
+
+scripts/setup.sh || exit 1
+started=$(date +%s)
+if [ "$#" -gt 0 ]; then
+  run_pytest "pyspark (newest)" .venv "$@"
+  rc=$?
+  echo "test wall time: $(( $(date +%s) - started ))s"
+  exit "$rc"
+fi
+
+failed=0
+newest=$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')
+run_pytest "pyspark $newest (full)" .venv || failed=1
+for version in "${OLDER_LINES[@]}"; do
+  if ! scripts/setup.sh --pyspark "$version"; then
+    echo "pyspark $version: set-up failed" >> "$summary"
+    failed=1
+    continue
+  fi
+  run_pytest "pyspark $version (core)" ".venv-pyspark-${version%.*}" tests "${CORE_SUBSET[@]}" || failed=1
+done
+echo
+echo "== pyspark matrix =="
+cat "$summary"
+echo "test wall time: $(( $(date +%s) - started ))s"
+total() { grep -oE "[0-9]+ $1" "$summary" | awk '{n += $1} END {print n + 0}'; }
+echo "matrix: $(total passed) passed, $(( $(total failed) + $(total error) )) failed, $(total skipped) skipped"
+exit "$failed"

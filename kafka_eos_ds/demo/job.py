@@ -9,6 +9,7 @@ from the same checkpoint.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import signal
 import sys
@@ -45,11 +46,47 @@ def build_query(spark, args: argparse.Namespace):
     for item in args.sink_option or []:
         key, _, value = item.partition("=")
         writer = writer.option(key, value)
-    if args.available_now:
+    if args.available_now and available_now_supported():
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
     return writer.start()
+
+
+def available_now_supported() -> bool:
+    """Whether Trigger.AvailableNow drains a Python source in several batches (pyspark
+    4.2+). Before 4.2 Spark wraps the source and runs a single batch, which
+    ``maxOffsetsPerTrigger`` caps: the job then drains with :class:`Drain` instead."""
+    from kafka_eos_ds.source.options import admission_control_available
+
+    return admission_control_available()
+
+
+class Drain:
+    """``--available-now`` where Spark cannot: stop once a batch has reached the input's
+    read_committed end as it was when the job started (what AvailableNow would read)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from kafka_eos_ds.source.metadata import KafkaMetadata
+        from kafka_eos_ds.source.options import SourceOptions
+
+        metadata = KafkaMetadata(SourceOptions.from_spark(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, streaming=True))
+        try:
+            self.target = {(tp[0], str(tp[1])): end for tp, end in metadata.latest(metadata.partitions()).items()}
+        finally:
+            metadata.close()
+
+    def reached(self, query) -> bool:
+        progress = query.lastProgress
+        if not progress or not progress.get("sources"):
+            return False
+        end = progress["sources"][0].get("endOffset")
+        if isinstance(end, str):
+            # pyspark 4.0 hands a Python source's offsets over as the repr of a dict.
+            end = ast.literal_eval(end)
+        end = end or {}
+        return all(end.get(topic, {}).get(part, 0) >= offset for (topic, part), offset in self.target.items())
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -90,10 +127,13 @@ def main(argv=None) -> int:
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "1g")
+             # An idle query reports progress every second, so a drain sees it is done.
+             .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
              .config("spark.jars", args.jars or "")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     kafka_eos_ds.register(spark)
+    drain = Drain(args.bootstrap, args.input) if args.available_now and not available_now_supported() else None
     query = build_query(spark, args)
     print(f"JOB_STARTED {query.id}", flush=True)
     stopping = []
@@ -101,7 +141,7 @@ def main(argv=None) -> int:
     # loop returns to Python every second so the handler gets to run.
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     while not query.awaitTermination(1):
-        if stopping:
+        if stopping or (drain is not None and drain.reached(query)):
             query.stop()
             break
     spark.stop()

@@ -230,10 +230,18 @@ class _PartitionWriter:
             if self.producer is None:
                 self._open()
             get = lambda i: row[i] if i >= 0 else None  # noqa: E731
-            value = get(cols.value)
-            self._produce(self.config.topic or get(cols.topic), bytes(value) if isinstance(value, bytearray) else value,
-                          get(cols.key), get(cols.partition), get(cols.headers))
+            headers = get(cols.headers)
+            if headers:
+                headers = [{"key": h["key"], "value": _immutable(h["value"])} for h in headers]
+            self._produce(self.config.topic or get(cols.topic), _immutable(get(cols.value)),
+                          _immutable(get(cols.key)), get(cols.partition), headers)
             self.records += 1
+
+
+def _immutable(data: Any) -> Any:
+    # Rows (pyspark 4.0's writer path) carry binary columns as bytearray, which the
+    # producer refuses; Arrow batches give bytes.
+    return bytes(data) if isinstance(data, bytearray) else data
 
 
 def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None) -> Exception:

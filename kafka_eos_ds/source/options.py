@@ -101,8 +101,6 @@ class SourceOptions:
         max_per = opts.get_int("maxOffsetsPerTrigger", minimum=1)
         min_per = opts.get_int("minOffsetsPerTrigger", minimum=1)
         delay = _duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS)
-        if streaming and (max_per is not None or min_per is not None or "maxTriggerDelay" in opts):
-            _require_admission_control()
         if max_per is not None and min_per is not None and min_per > max_per:
             raise ConfigError(f"Option 'minOffsetsPerTrigger' ({min_per}) must not exceed "
                               f"'maxOffsetsPerTrigger' ({max_per}).")
@@ -252,20 +250,12 @@ def _derived_group_id(opts: Options, subscription: Subscription) -> str:
 
 
 def admission_control_available() -> bool:
-    """Whether this pyspark passes read limits to Python sources (4.2 and later)."""
+    """Whether this pyspark passes read limits to Python sources (4.2 and later).
+
+    Older lines call ``latestOffset()`` with no start and no limit; the stream reader then
+    applies ``maxOffsetsPerTrigger``/``minOffsetsPerTrigger`` itself (docs/source.md)."""
     try:
         from pyspark.sql.streaming.datasource import ReadMaxRows, ReadMinRows  # noqa: F401
     except ImportError:
         return False
     return True
-
-
-def _require_admission_control() -> None:
-    if not admission_control_available():
-        import pyspark
-
-        raise ConfigError(
-            "Options 'maxOffsetsPerTrigger', 'minOffsetsPerTrigger' and 'maxTriggerDelay' need admission "
-            f"control for Python sources, which pyspark {pyspark.__version__} lacks (it exists from 4.2). "
-            "Remove them or upgrade pyspark."
-        )

@@ -70,7 +70,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     startingTimestamp, startingOffsetsByTimestamp, startingOffsetsByTimestampStrategy
         Start by record timestamp (epoch ms), as in Spark's built-in source.
     maxOffsetsPerTrigger, minOffsetsPerTrigger, maxTriggerDelay
-        Admission control per micro-batch.
+        Admission control per micro-batch (Spark's read limits from pyspark 4.2; applied
+        by the reader itself on 4.0 and 4.1).
     failOnDataLoss : bool
         Fail (default) or warn and skip when offsets vanished.
     includeHeaders : bool
@@ -99,6 +100,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._metadata: Optional[KafkaMetadata] = None
         self._committer = GroupOffsetCommitter(self.options.group_id)
         self._target: Optional[Offsets] = None
+        self._initial: Optional[Offsets] = None
         self._latest: Optional[Offsets] = None
         self._current: Optional[Offsets] = None
         self._last_batch_at = time.monotonic()
@@ -118,10 +120,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets -----------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        parts = self.metadata.partitions()
-        start = resolve(self.options.starting, parts, self.metadata, "startingOffsets")
-        self._current = start
-        return offsets_json.to_json(start)
+        # Resolved once per run: pyspark < 4.2 asks for it after the first latestOffset()
+        # too, and a second "latest" would start the first batch past its planned end.
+        if self._initial is None:
+            parts = self.metadata.partitions()
+            self._initial = resolve(self.options.starting, parts, self.metadata, "startingOffsets")
+        if self._current is None:
+            self._current = self._initial
+        return offsets_json.to_json(self._initial)
 
     def getDefaultReadLimit(self) -> Any:
         if ReadAllAvailable is None:
@@ -142,7 +148,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._commit_to_group(begin)
         elif self._current is not None:
             begin = self._current
-        else:  # pyspark without admission control: the first call follows initialOffset
+        else:  # pyspark < 4.2, first trigger of a new query
             begin = offsets_json.from_json(self.initialOffset())
         known = set(begin)
         parts = self.metadata.partitions()
@@ -165,7 +171,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_json.to_json(end)
 
     def _admit(self, begin: Offsets, latest: Offsets, limit: Any) -> Offsets:
-        if limit is None or (ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable)):
+        # pyspark < 4.2 passes no read limit (ReadAllAvailable is None there): the reader
+        # applies its own options, from the end it returned or Spark last planned.
+        limits_given = ReadAllAvailable is not None
+        if limits_given and (limit is None or isinstance(limit, ReadAllAvailable)):
             if self._target is None or self.options.max_offsets_per_trigger is None:
                 return latest
         opts = self.options
@@ -192,6 +201,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning and reading ----------------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, finish = offsets_json.from_json(start), offsets_json.from_json(end)
+        # The next batch starts here. On a restart Spark announces the offset log's
+        # latest end by planning it as an empty range (partitions(end, end)) before it
+        # asks for the latest offset; pyspark < 4.2 tells the reader nothing else.
+        self._current = finish
         earliest = self.metadata.earliest(set(finish) & self.metadata.partitions())
         return input_partitions(self.options, begin, finish, earliest)
 
