@@ -55,6 +55,21 @@ def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
     return {tp: (start[tp] + take[tp] if tp in start else latest[tp]) for tp in latest}
 
 
+_said: list = []
+
+
+def _say_once_limits_are_the_readers() -> None:
+    if _said:
+        return
+    _said.append(True)
+    import pyspark
+
+    log.warning("pyspark %s passes no read limits to Python sources (from 4.2 it does): kafka_eos applies "
+                "maxOffsetsPerTrigger/minOffsetsPerTrigger itself, and Trigger.AvailableNow runs a single "
+                "batch per run on this line (bounded by maxOffsetsPerTrigger). See docs/source.md.",
+                pyspark.__version__)
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads of Kafka topics, drop-in for Spark's built-in ``format("kafka")``.
 
@@ -97,6 +112,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, schema: StructType, options: dict) -> None:
         self.options = SourceOptions.from_spark(options, streaming=True)
         check_schema(schema, self.options.include_headers)
+        if ReadAllAvailable is None:
+            _say_once_limits_are_the_readers()
         self._metadata: Optional[KafkaMetadata] = None
         self._committer = GroupOffsetCommitter(self.options.group_id)
         self._target: Optional[Offsets] = None
