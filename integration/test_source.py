@@ -7,7 +7,6 @@ runs once, in a child process, for every comparison (see ``integration/builtin_r
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -117,10 +116,10 @@ def run_until(df, checkpoint: str, rows: int, timeout: float = 120) -> tuple[lis
 
 
 def _span(source: dict) -> int:
-    def offsets(text):
-        # pyspark 4.0 reports a Python source's offsets as the repr of a dict.
-        value = ast.literal_eval(text) if isinstance(text, str) else text
-        return {(t, p): o for t, parts in (value or {}).items() for p, o in parts.items()}
+    from kafka_eos_ds.demo.job import progress_offsets
+
+    def offsets(value):
+        return {(t, p): o for t, parts in progress_offsets(value).items() for p, o in parts.items()}
 
     start, end = offsets(source["startOffset"]), offsets(source["endOffset"])
     return sum(o - start.get(tp, 0) for tp, o in end.items())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import signal
 import sys
@@ -81,12 +82,19 @@ class Drain:
         progress = query.lastProgress
         if not progress or not progress.get("sources"):
             return False
-        end = progress["sources"][0].get("endOffset")
-        if isinstance(end, str):
-            # pyspark 4.0 hands a Python source's offsets over as the repr of a dict.
-            end = ast.literal_eval(end)
-        end = end or {}
+        end = progress_offsets(progress["sources"][0].get("endOffset"))
         return all(end.get(topic, {}).get(part, 0) >= offset for (topic, part), offset in self.target.items())
+
+
+def progress_offsets(value) -> dict:
+    """A source's offsets as StreamingQueryProgress gives them: JSON text, or (pyspark 4.0)
+    the repr of a dict; None or "null" before the first batch."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = ast.literal_eval(value)
+    return value or {}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
