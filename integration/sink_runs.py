@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from kafka_eos_ds.demo.chaos import seed_input
+from kafka_eos_tools import faults
 
 
 @dataclass
@@ -54,9 +55,9 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
            "--master", "local[2,3]", "--sink-format", sink_format]
     for option in sink_options:
         cmd += ["--sink-option", option]
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_EOS_FAULT"}
+    env = {k: v for k, v in os.environ.items() if k not in faults.environment("")}
     if fault:
-        env["KAFKA_EOS_FAULT"] = fault
+        env.update(faults.environment(fault))
     log_path = Path(log_dir or checkpoint + "-logs")
     log_path.mkdir(parents=True, exist_ok=True)
     log_file = log_path / f"run-{int(time.time() * 1000)}.log"

@@ -46,3 +46,13 @@ def test_security_settings_reach_the_admin_client():
 def test_admin_config_needs_bootstrap():
     with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
         to_kafka_python({"security.protocol": "PLAINTEXT"})
+
+
+def test_an_unsupported_kafka_python_fails_naming_the_fix():
+    from kafka_eos_ds.errors import KafkaClientError
+    from kafka_eos_ds.kafka.kafka_python import check_version
+
+    check_version("3.0.12")
+    for version in ("2.0.2", "3.0.9", "4.0.0"):
+        with pytest.raises(KafkaClientError, match=r"pip install 'kafka-python>=3.0.10,<4'"):
+            check_version(version)

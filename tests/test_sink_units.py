@@ -7,10 +7,10 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
-from kafka_eos_ds.kafka import transactional_ids as ids
-from kafka_eos_ds.kafka.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.sink import transactional_ids as ids
+from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.kafka.coordinator import TxnState
-from kafka_eos_ds.kafka.decision_log import partition_for
+from kafka_eos_ds.sink.decision_log import partition_for
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
 from kafka_eos_ds.twophase import Outcome
 

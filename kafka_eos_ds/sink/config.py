@@ -12,8 +12,8 @@ from typing import Any, Mapping, Optional
 from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, StringType, StructType)
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka import transactional_ids
-from kafka_eos_ds.kafka.decision_log import DEFAULT_TOPIC
+from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC
 from kafka_eos_ds.options import Options
 
 EXACTLY_ONCE = "exactly_once"

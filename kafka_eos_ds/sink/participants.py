@@ -1,7 +1,7 @@
 """The Kafka sink's :class:`~kafka_eos_ds.twophase.Participants`: transactions by id.
 
 commit = EndTxn(commit) with the task's producer id and epoch, sorted into an outcome
-by :mod:`kafka_eos_ds.kafka.commit_outcome` (asking the coordinator when the answer
+by :mod:`kafka_eos_ds.sink.commit_outcome` (asking the coordinator when the answer
 alone cannot tell "already committed" from "lost"); fence = InitProducerId on the id;
 open ids = ListTransactions filtered by the sink's prefix; carry = the batch's source
 offsets added to the first transaction (AddOffsetsToTxn + TxnOffsetCommit) while it is
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from kafka_eos_ds.kafka import transactional_ids
-from kafka_eos_ds.kafka.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
 

@@ -15,13 +15,13 @@ import threading
 from typing import Any, Iterable, Iterator, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
-from kafka_eos_ds.kafka import transactional_ids
+from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.kafka.config import redact, short_lived
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
-from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DoneMark
-from kafka_eos_ds.twophase.spark_writers import task_identity
+from kafka_eos_ds.twophase.spark import task_identity
+from kafka_eos_ds.twophase.task import already_decided, run_task
 
 # Small, so the producer id is known by the time the task has flushed; its cost is one
 # JSON document every 20 ms per producer, parsed until the id is in it.
@@ -57,29 +57,21 @@ class _Stats:
 
 def write_partition(config: SinkConfig, mark: DoneMark, items: Iterable[Any],
                     default_query: Optional[str] = None, default_batch: Optional[int] = None) -> KafkaCommitMessage:
-    query, batch, partition, attempt = task_identity(default_query, default_batch)
-    if config.exactly_once and mark.covers(query, batch):
-        # This batch was decided before a restart: its output is already in Kafka.
-        for _ in items:
-            pass
-        return KafkaCommitMessage(query, batch, partition, attempt, 0, skipped=True)
-    writer = _PartitionWriter(config, partition, attempt, batch)
-    try:
-        records = writer.write_all(items)
-        faults.check("task-before-precommit", batch=batch, partition=partition, attempt=attempt)
-        writer.pre_commit()
-    except BaseException:
-        writer.abort()
-        raise
-    faults.check("task-after-precommit", batch=batch, partition=partition, attempt=attempt)
-    return KafkaCommitMessage(query, batch, partition, attempt, records, writer.transactional_id,
+    """One task: its rows in one transaction, pre-committed; the message for the driver."""
+    task = task_identity(default_query, default_batch)
+    if config.exactly_once and already_decided(mark, task, items):
+        return KafkaCommitMessage(task.query, task.batch, task.partition, task.attempt, 0, skipped=True)
+    writer = _PartitionWriter(config, task.partition, task.attempt)
+    records = run_task(writer, items, task)
+    return KafkaCommitMessage(task.query, task.batch, task.partition, task.attempt, records, writer.transactional_id,
                               *(writer.pid_epoch or (-1, -1)))
 
 
 class _PartitionWriter:
-    """One task's producer; opened at the first row, so empty tasks open no transaction."""
+    """One task's producer (a :class:`~kafka_eos_ds.twophase.TaskTransaction`); opened at
+    the first row, so empty tasks open no transaction."""
 
-    def __init__(self, config: SinkConfig, partition: int, attempt: int, batch: Optional[int]) -> None:
+    def __init__(self, config: SinkConfig, partition: int, attempt: int) -> None:
         self.config = config
         self.transactional_id = (transactional_ids.build(config.prefix, partition, attempt)
                                  if config.exactly_once else None)
@@ -213,9 +205,7 @@ class _PartitionWriter:
             for value in values:
                 try:
                     produce(fixed_topic, value)
-                except BufferError:
-                    self._produce(fixed_topic, value, None, None, None)
-                except Exception:
+                except Exception:  # BufferError or KafkaException: the slow path handles both
                     self._produce(fixed_topic, value, None, None, None)
         else:
             for i in range(n):
