@@ -56,3 +56,11 @@ def test_an_unsupported_kafka_python_fails_naming_the_fix():
     for version in ("2.0.2", "3.0.9", "4.0.0"):
         with pytest.raises(KafkaClientError, match=r"pip install 'kafka-python>=3.0.10,<4'"):
             check_version(version)
+
+
+def test_librdkafka_logs_go_to_python_logging():
+    from kafka_eos_ds.kafka.config import LIBRDKAFKA_LOGGER, logged
+
+    conf = logged({"bootstrap.servers": "h:9092"})
+    assert conf == {"bootstrap.servers": "h:9092", "logger": LIBRDKAFKA_LOGGER}
+    assert LIBRDKAFKA_LOGGER.name == "kafka_eos_ds.librdkafka"

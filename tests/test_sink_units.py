@@ -194,6 +194,7 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     new, *calls = _ScriptedProducer.calls
     conf = new[1]
     assert conf["transactional.id"] == "etl-0-0" and conf["reconnect.backoff.ms"] == backoff
+    assert conf["logger"].name == "kafka_eos_ds.librdkafka"  # librdkafka's lines go to Python logging
     # Connected first (the second metadata request leaves a learned broker up), then init.
     assert calls[:4] == [("metadata", "out"), ("metadata", "out"), "init", "begin"]
     # The producer id is not awaited before producing (no polling between begin and the

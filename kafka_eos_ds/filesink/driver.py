@@ -41,7 +41,8 @@ class FileSinkDriver:
             self.mark = self._committer().recover()
         return self.mark
 
-    def write(self, items: Iterable[Any], query: Optional[str] = None, batch: Optional[int] = None) -> FileCommitMessage:
+    def write(self, items: Iterable[Any], query: Optional[str] = None,
+              batch: Optional[int] = None) -> FileCommitMessage:
         """The task side: see :func:`~.task.write_files`."""
         return write_files(self.config, self.mark or DoneMark(), items, self.schema, query, batch)
 

@@ -102,7 +102,7 @@ class _FileWriter:
             # Exclusive create: a leftover writer of the same id (its old run's worker
             # still alive) makes this attempt fail and be retried under a new id, rather
             # than two writers sharing one file.
-            self._file = open(self.path, "xb")
+            self._file = open(self.path, "xb")  # noqa: SIM115 (open across write calls; closed by _close)
         if self.file_format == "parquet":
             import pyarrow.parquet as pq
 

@@ -9,11 +9,13 @@ sendOffsetsToTransaction sends). EndTxn stays at v4 and InitProducerId at v4:
 librdkafka speaks transaction protocol v1, and newer versions change the semantics
 (Kafka 4's transaction version 2 bumps the epoch per transaction; KIP-939 fields).
 
-All kafka-python errors are translated here, at this one boundary.
+All kafka-python errors are translated here, at this one boundary; its private API is
+reached only through :mod:`.kafka_python`, which checks the installed version.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
@@ -39,7 +41,25 @@ PRODUCER_FENCED = 90
 RETRIABLE = frozenset({REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
                        NOT_COORDINATOR, CONCURRENT_TRANSACTIONS})
 _MOVED = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+
+
+class TxnStatus(str, enum.Enum):
+    """A transaction's state as the coordinator names it (Kafka's TransactionState).
+
+    Compares equal to the broker's string, so a state this enum does not list (a newer
+    broker's) still flows through as a plain string."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+
+OPEN_STATES = (TxnStatus.ONGOING, TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT, TxnStatus.PREPARE_EPOCH_FENCE)
 
 TIMEOUT_FIX = ("Check the sink option 'kafka.transaction.timeout.ms' against the broker's "
                "'transaction.max.timeout.ms'.")
@@ -53,7 +73,6 @@ class TxnState:
     state: str
     producer_id: int
     producer_epoch: int
-    partitions: tuple = ()
     start_time_ms: int = -1
 
 
@@ -182,6 +201,7 @@ class TransactionCoordinator:
 
         deadline = time.monotonic() + timeout_s
         delay = 0.02
+        last: Optional[KafkaClientError] = None
         while True:
             request = InitProducerIdRequest(transactional_id=transactional_id,
                                             transaction_timeout_ms=int(transaction_timeout_ms),
@@ -223,8 +243,7 @@ class TransactionCoordinator:
         if desc is None:
             return None
         return TxnState(transactional_id, str(getattr(desc.state, "value", desc.state)), desc.producer_id,
-                        desc.producer_epoch, tuple(sorted((tp.topic, tp.partition) for tp in desc.topic_partitions)),
-                        desc.transaction_start_time_ms)
+                        desc.producer_epoch, desc.transaction_start_time_ms)
 
     def list_transactions(self, id_regex: Optional[str] = None, open_only: bool = True) -> list[tuple[str, int, str]]:
         """``(transactional_id, producer_id, state)`` of every coordinator's transactions.
@@ -237,13 +256,14 @@ class TransactionCoordinator:
         import kafka.errors as kerrors
         from kafka.protocol.admin.transactions import ListTransactionsRequest
 
-        states = list(OPEN_STATES) if open_only else None
+        states = [s.value for s in OPEN_STATES] if open_only else None
         use_pattern = id_regex is not None and self._channel.api_version(ListTransactionsRequest) >= 2
         try:
             by_broker = self._admin.list_transactions(state_filters=states,
                                                       transactional_id_pattern=id_regex if use_pattern else None)
         except kerrors.KafkaError as exc:
-            raise KafkaClientError(f"ListTransactions failed: {exc}", retriable=getattr(exc, "retriable", True)) from exc
+            raise KafkaClientError(f"ListTransactions failed: {exc}",
+                                   retriable=getattr(exc, "retriable", True)) from exc
         except Exception as exc:
             raise KafkaClientError(f"ListTransactions failed: {exc}", retriable=True) from exc
         rx = re.compile(id_regex) if id_regex else None

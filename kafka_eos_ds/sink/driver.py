@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Optional
 from pyspark.sql.datasource import WriterCommitMessage
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import redact, short_lived
+from kafka_eos_ds.kafka.config import logged, redact, short_lived
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.sink import source_progress
 from kafka_eos_ds.sink.config import SinkConfig
@@ -52,7 +52,8 @@ class KafkaSinkDriver:
             self.mark = self._check_and_recover()
         return self.mark
 
-    def write(self, items: Iterable[Any], query: Optional[str] = None, batch: Optional[int] = None) -> KafkaCommitMessage:
+    def write(self, items: Iterable[Any], query: Optional[str] = None,
+              batch: Optional[int] = None) -> KafkaCommitMessage:
         """The task side: see :func:`~.task_writer.write_partition`."""
         return write_partition(self.config, self.mark or DoneMark(), items, query, batch)
 
@@ -124,7 +125,7 @@ def cluster_metadata(config: SinkConfig) -> Any:
                         or k.lower().startswith("ssl.")})
     try:
         # All topics, not the one topic: a metadata request naming it could auto-create it.
-        return AdminClient(conf).list_topics(timeout=15)
+        return AdminClient(logged(conf)).list_topics(timeout=15)
     except KafkaException as exc:
         raise KafkaClientError(f"Cannot reach Kafka at {redact(conf).get('bootstrap.servers')}: {exc}",
                                retriable=True) from exc

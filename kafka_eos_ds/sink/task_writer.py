@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
+from kafka_eos_ds.kafka.config import logged, redact, short_lived
 from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.kafka.config import redact, short_lived
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.twophase.protocol import DoneMark
@@ -74,7 +74,7 @@ class _PartitionWriter:
     def __init__(self, config: SinkConfig, partition: int, attempt: int) -> None:
         self.config = config
         self.transactional_id = (transactional_ids.build(config.prefix, partition, attempt)
-                                 if config.exactly_once else None)
+                                 if config.exactly_once and config.prefix is not None else None)
         self.producer: Any = None
         self.delivery = _Delivery()
         self.stats = _Stats()
@@ -93,7 +93,7 @@ class _PartitionWriter:
                          "transaction.timeout.ms": self.config.transaction_timeout_ms,
                          "statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": self.stats})
         try:
-            self.producer = Producer(conf)
+            self.producer = Producer(logged(conf))
             if self.config.exactly_once:
                 self._connect()
                 self.producer.init_transactions(60)
@@ -102,16 +102,12 @@ class _PartitionWriter:
             raise _translate(exc, self.config) from exc
 
     def _connect(self) -> None:
-        """Bring a broker connection up before init_transactions().
-
-        With no broker connection up, librdkafka cannot look up the transaction
-        coordinator at once and may only retry on its 500 ms coordinator timer: measured,
-        1 in 3 task producers took ~510 ms to init instead of ~18. The first metadata
-        request goes to the bootstrap address, whose connection librdkafka drops once it
-        has learned the brokers; the second one connects a learned broker, which stays
-        up. The topic asked for is one the driver has seen exist (naming a missing one
-        could auto-create it). Best effort: init_transactions() reports a cluster that
-        does not answer."""
+        """Bring a broker connection up before init_transactions(), so its coordinator
+        lookup does not wait for librdkafka's 500 ms timer (docs/decisions.md, "Task
+        producer start"). The second metadata request connects a learned broker, which
+        stays up; the topic is one the driver has seen exist (a missing one could be
+        auto-created). Best effort: init_transactions() reports a cluster that does not
+        answer."""
         from confluent_kafka import KafkaException
 
         try:
@@ -195,7 +191,10 @@ class _PartitionWriter:
         if self.producer is None:
             self._open()
         cols = self.config.columns
-        column = lambda i: batch.column(i).to_pylist() if i >= 0 else None  # noqa: E731
+
+        def column(i: int) -> Any:
+            return batch.column(i).to_pylist() if i >= 0 else None
+
         values, keys, topics, parts, headers = (column(cols.value), column(cols.key), column(cols.topic),
                                                 column(cols.partition), column(cols.headers))
         fixed_topic = self.config.topic
@@ -219,17 +218,21 @@ class _PartitionWriter:
         for row in rows:
             if self.producer is None:
                 self._open()
-            get = lambda i: row[i] if i >= 0 else None  # noqa: E731
-            value = get(cols.value)
-            self._produce(self.config.topic or get(cols.topic), bytes(value) if isinstance(value, bytearray) else value,
-                          get(cols.key), get(cols.partition), get(cols.headers))
+            value = _field(row, cols.value)
+            self._produce(self.config.topic or _field(row, cols.topic),
+                          bytes(value) if isinstance(value, bytearray) else value,
+                          _field(row, cols.key), _field(row, cols.partition), _field(row, cols.headers))
             self.records += 1
+
+
+def _field(row: Any, index: int) -> Any:
+    return row[index] if index >= 0 else None
 
 
 def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None) -> Exception:
     from confluent_kafka import KafkaError
 
-    err = exc.args[0] if exc.args else None
+    err: Any = exc.args[0] if exc.args else None
     code = err.code() if hasattr(err, "code") else None
     if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
         return ConfigError(f"The broker refused transaction.timeout.ms={config.transaction_timeout_ms}: set the sink "

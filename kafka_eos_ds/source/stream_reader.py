@@ -165,9 +165,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_json.to_json(end)
 
     def _admit(self, begin: Offsets, latest: Offsets, limit: Any) -> Offsets:
-        if limit is None or (ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable)):
-            if self._target is None or self.options.max_offsets_per_trigger is None:
-                return latest
+        all_available = limit is None or (ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable))
+        if all_available and (self._target is None or self.options.max_offsets_per_trigger is None):
+            return latest
         opts = self.options
         if opts.min_offsets_per_trigger is not None and self._target is None:
             available = sum(max(0, off - begin.get(tp, off)) for tp, off in latest.items())

@@ -21,8 +21,17 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError
 from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase.protocol import (ABANDONED, DONE, Decision, DecisionLog, DoneMark, Outcome, Participant,
-                                            Participants, ProgressStore)
+from kafka_eos_ds.twophase.protocol import (
+    ABANDONED,
+    DONE,
+    Decision,
+    DecisionLog,
+    DoneMark,
+    Outcome,
+    Participant,
+    Participants,
+    ProgressStore,
+)
 from kafka_eos_ds.twophase.recovery import RecoveryContext, plan_abort, plan_commit, plan_recovery
 
 log = logging.getLogger(__name__)
@@ -147,7 +156,8 @@ class TwoPhaseCommitter:
 
     def _started(self, decision: Decision) -> bool:
         first = decision.participants[0]
-        return self._retrying(lambda: self.participants.committed(first), f"Could not learn whether {first.id} committed")
+        return bool(self._retrying(lambda: self.participants.committed(first),
+                                   f"Could not learn whether {first.id} committed"))
 
     def _commit_all(self, decision: Decision, batch_id: int) -> None:
         parts = list(decision.participants)
@@ -167,7 +177,7 @@ class TwoPhaseCommitter:
         faults.check("commit-raise", batch=batch_id)
         if rest:
             with ThreadPoolExecutor(min(self.parallelism, len(rest))) as pool:
-                outcomes += list(zip(rest, pool.map(self._commit_one, rest)))
+                outcomes += list(zip(rest, pool.map(self._commit_one, rest), strict=True))
         lost = [p for p, outcome in outcomes if outcome is Outcome.LOST]
         if lost:
             raise TransactionLostError(

@@ -1,7 +1,7 @@
 """What every two-phase-commit sink needs from Spark: writer bases, the task's identity,
 and the participants in a batch's commit messages.
 
-Spark calls a sink's writer in several processes (DESIGN §3): a planner builds the
+Spark calls a sink's writer in several processes (docs/decisions.md): a planner builds the
 writer and pickles it to the tasks; each task calls ``write``; for streaming queries a
 *fresh* writer (``streamWriter()`` again, never pickled) runs ``commit``/``abort``; for
 batch jobs the pickled planner's writer runs them. A sink's writers therefore run their
@@ -12,7 +12,7 @@ on the planner, once per batch, before the tasks exist (docs/decisions.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, cast
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
@@ -51,6 +51,6 @@ def task_identity(default_query: Optional[str], default_batch: Optional[int]) ->
 def participants_of(messages: Iterable[Optional[WriterCommitMessage]], message_type: type,
                     default_query: Optional[str]) -> tuple[Optional[str], list[Participant]]:
     """The query id and the participants of a batch's commit messages (failed slots dropped)."""
-    msgs: list[CommitMessage] = [m for m in messages if isinstance(m, message_type)]
+    msgs = [cast(CommitMessage, m) for m in messages if isinstance(m, message_type)]
     query = next((m.query_id for m in msgs if m.query_id), None) or default_query
     return query, [m.participant() for m in msgs]
