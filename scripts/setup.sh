@@ -37,7 +37,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # Fetch (or find cached) the broker jars for both pinned Kafka lines.
 "$venv/bin/python" - <<'PY'
-from kafka_eos_ds.broker import distribution
+from kafka_eos_tools.broker import distribution
 for line in sorted(distribution.VERSIONS):
     print("kafka", distribution.VERSIONS[line], "jars:", distribution.kafka_jars(line))
 PY
