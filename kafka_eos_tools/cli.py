@@ -114,6 +114,7 @@ def _demo_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import logging
     import random
     import shutil
     from pathlib import Path
@@ -123,6 +124,10 @@ def _demo(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir).resolve()
     run_dir = workdir / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
+    # Client log lines (librdkafka's among them) go to a file, not over the progress bar.
+    workdir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=workdir / "demo.log", level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cluster = None
     bootstrap = args.bootstrap
     if bootstrap is None:
