@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from kafka_eos_ds.broker import maven
+from kafka_eos_tools.broker import maven
 from kafka_eos_ds.errors import BrokerError
 
 # Spark line -> (connector version, token-provider version, kafka-clients, commons-pool2)

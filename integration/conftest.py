@@ -76,7 +76,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
 def _embedded(tmp_path_factory: pytest.TempPathFactory, brokers: int,
               version: Optional[str]) -> Iterator[KafkaUnderTest]:
     """Start an embedded cluster for a session fixture and stop it afterwards."""
-    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+    from kafka_eos_tools.broker.cluster import EmbeddedKafka
 
     cluster = EmbeddedKafka(tmp_path_factory.mktemp(f"kafka{brokers}-{version or 'default'}"), brokers=brokers,
                             kafka_version=version)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from integration.standalone import SPARK_HOME, spark_env, tail
-from kafka_eos_ds.broker.cluster import free_port
-from kafka_eos_ds.demo import processes
+from kafka_eos_tools.broker.cluster import free_port
+from kafka_eos_tools.demo import processes
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -92,7 +92,7 @@ class ConnectServer:
     def _fetched_jar(self) -> Path:
         import pyspark
 
-        from kafka_eos_ds.broker.maven import fetch
+        from kafka_eos_tools.broker.maven import fetch
 
         directory = fetch([f"org.apache.spark:spark-connect_2.13:{pyspark.__version__}"],
                           f"spark-connect-{pyspark.__version__}", transitive=False)

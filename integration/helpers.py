@@ -118,7 +118,7 @@ def run_to_end(writer: Any, bootstrap: str, topic: str, timeout: float = 120) ->
     Trigger.AvailableNow where Spark drains a Python source in several batches (pyspark
     4.2+); on older lines (one batch only) a processing-time trigger that is stopped once
     the query's progress reaches the input's end as it was at start."""
-    from kafka_eos_ds.demo.job import Drain, available_now_supported
+    from kafka_eos_tools.demo.job import Drain, available_now_supported
 
     if available_now_supported():
         query = writer.trigger(availableNow=True).start()

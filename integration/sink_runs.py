@@ -1,6 +1,6 @@
 """Running the exactly-once pipeline as a driver subprocess, with a fault injected.
 
-The pipeline is :mod:`kafka_eos_ds.demo.job` (read IN with ``format("kafka_eos")``,
+The pipeline is :mod:`kafka_eos_tools.demo.job` (read IN with ``format("kafka_eos")``,
 upper-case the value, write OUT with ``format("kafka_eos")``), in its own session so a
 ``driver-*`` fault's process-group kill takes the JVM and every Python worker with it,
 and nothing of a run survives it.
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from kafka_eos_ds.demo.chaos import seed_input
+from kafka_eos_tools import faults
+from kafka_eos_tools.demo.chaos import seed_input
 
 
 @dataclass
@@ -47,16 +48,16 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
 
     ``sink_format="kafka_eos_file"`` writes files instead (pass ``path=DIR`` in
     ``sink_options``; the output topic is then unused)."""
-    cmd = [sys.executable, "-m", "kafka_eos_ds.demo.job", "--bootstrap", bootstrap, "--input", input_topic,
+    cmd = [sys.executable, "-m", "kafka_eos_tools.demo.job", "--bootstrap", bootstrap, "--input", input_topic,
            "--output", output_topic, "--checkpoint", checkpoint, "--prefix", prefix,
            "--max-offsets", str(max_offsets), "--available-now",
            # local[2,3]: a failed task is retried (attempt 1, 2), as on a cluster.
            "--master", "local[2,3]", "--sink-format", sink_format]
     for option in sink_options:
         cmd += ["--sink-option", option]
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_EOS_FAULT"}
+    env = {k: v for k, v in os.environ.items() if k not in faults.environment("")}
     if fault:
-        env["KAFKA_EOS_FAULT"] = fault
+        env.update(faults.environment(fault))
     log_path = Path(log_dir or checkpoint + "-logs")
     log_path.mkdir(parents=True, exist_ok=True)
     log_file = log_path / f"run-{int(time.time() * 1000)}.log"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pyspark
 
-from kafka_eos_ds.broker.cluster import free_port
-from kafka_eos_ds.demo import processes
+from kafka_eos_tools.broker.cluster import free_port
+from kafka_eos_tools.demo import processes
 
 SPARK_HOME = Path(pyspark.__file__).parent
 EXECUTOR_CLASS = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"

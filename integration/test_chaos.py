@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from integration.chaos_profiles import builtin_scenario, profile_name, scenarios
-from kafka_eos_ds.demo.chaos import ChaosPlan, run_chaos
+from kafka_eos_tools.demo.chaos import ChaosPlan, run_chaos
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
 

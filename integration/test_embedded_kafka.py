@@ -57,13 +57,13 @@ def test_cli_three_brokers_start_and_stop_leave_no_process(tmp_path, kafka):
     if kafka.kind != "embedded":
         pytest.skip(f"the broker CLI is tested with the embedded Kafka; this run uses {kafka.kind}")
     directory = tmp_path / "cli-cluster"
-    cli = [sys.executable, "-m", "kafka_eos_ds.cli", "broker"]
+    cli = [sys.executable, "-m", "kafka_eos_tools.cli", "broker"]
     started = subprocess.run([*cli, "start", "--brokers", "3", "--dir", str(directory)],
                              capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr
     bootstrap = started.stdout.strip().splitlines()[-1]
     assert bootstrap.count("127.0.0.1:") == 3
-    from kafka_eos_ds.broker.cluster import EmbeddedKafka
+    from kafka_eos_tools.broker.cluster import EmbeddedKafka
 
     pids = [n.pid for n in EmbeddedKafka.load(directory).nodes]
     try:
@@ -81,7 +81,7 @@ def test_cli_three_brokers_start_and_stop_leave_no_process(tmp_path, kafka):
         stopped = subprocess.run([*cli, "stop", "--dir", str(directory)], capture_output=True, text=True,
                                  timeout=120)
     assert stopped.returncode == 0, stopped.stderr
-    from kafka_eos_ds.broker.node import is_alive
+    from kafka_eos_tools.broker.node import is_alive
 
     assert not any(is_alive(pid) for pid in pids)
 

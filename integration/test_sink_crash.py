@@ -1,4 +1,4 @@
-"""Crash injection against the exactly-once sink (DESIGN §2, points 1-5, 7, 8, 9).
+"""Crash injection against the exactly-once sink (the crash points of docs/guarantees.md: 1-5, 7, 8, 9).
 
 Each scenario runs the pipeline (kafka_eos source -> upper(value) -> kafka_eos sink)
 as a driver subprocess, injects a fault at one exact point of batch 1, restarts it from
@@ -18,8 +18,8 @@ from confluent_kafka import Producer
 
 from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, run_pipeline, seed
-from kafka_eos_ds.audit import audit
-from kafka_eos_ds.demo.chaos import TailingReader
+from kafka_eos_tools.audit import audit
+from kafka_eos_tools.demo.chaos import TailingReader
 from kafka_eos_ds.sink import list_transactions
 
 RECORDS = 600        # 2 input partitions, 150 offsets per batch -> batches 0..3

@@ -116,7 +116,7 @@ def run_until(df, checkpoint: str, rows: int, timeout: float = 120) -> tuple[lis
 
 
 def _span(source: dict) -> int:
-    from kafka_eos_ds.demo.job import progress_offsets
+    from kafka_eos_tools.demo.job import progress_offsets
 
     def offsets(value):
         return {(t, p): o for t, parts in progress_offsets(value).items() for p, o in parts.items()}

@@ -27,8 +27,9 @@ import pytest
 from integration.connect_server import (ConnectServer, QueryWatch, Watchdog, bounded, client_missing,
                                         restore_client_mode)
 from integration.helpers import produce
-from kafka_eos_ds.audit import audit
-from kafka_eos_ds.demo.chaos import InputFeeder, TailingReader
+from kafka_eos_tools.audit import audit
+from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader
+from kafka_eos_tools.demo.job import available_now_supported
 from kafka_eos_ds.sink import list_transactions
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
@@ -40,15 +41,6 @@ TRIGGER = "500 milliseconds"
 STEP_TIMEOUT = 90.0     # for each wait: output before the kill, the drain after it
 TEST_BUDGET = 360.0     # the crash test as a whole (watchdog); it takes 1.5-2 minutes
 AIM_TIMEOUT = 20.0      # how long to wait for a batch with open transactions before killing anyway
-
-
-def available_now_supported() -> bool:
-    """Trigger.AvailableNow for Python streaming sources exists from pyspark 4.2."""
-    try:
-        from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _record(name: str, payload: dict) -> None:

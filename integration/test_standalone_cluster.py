@@ -1,7 +1,7 @@
 """Exactly-once on a real Spark standalone cluster (one master, two workers) whose
 executors are SIGKILLed while the pipeline runs.
 
-The pipeline (kafka_eos_ds/demo/job.py) is submitted with spark-submit --py-files and
+The pipeline (kafka_eos_tools/demo/job.py) is submitted with spark-submit --py-files and
 the package as a zip; driver and executors run a Python that cannot import the source
 tree (standalone.executor_python), so the job can only work from the shipped zip. The
 master relaunches killed executors and Spark retries their tasks; after a clean stop
@@ -23,9 +23,9 @@ import pytest
 
 from integration.standalone import StandaloneCluster, executor_python, spark_env, spark_submit, tail
 from integration.test_registration import REPO, _package_zip
-from kafka_eos_ds.audit import audit
-from kafka_eos_ds.demo import processes
-from kafka_eos_ds.demo.chaos import InputFeeder, TailingReader, create_topics
+from kafka_eos_tools.audit import audit
+from kafka_eos_tools.demo import processes
+from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader, create_topics
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
 # The least input (20 batches); more is fed while the bounces go on (InputFeeder), so
@@ -143,7 +143,7 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
               "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
               "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
               "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={python}",
-              str(REPO / "kafka_eos_ds" / "demo" / "job.py")]
+              str(REPO / "kafka_eos_tools" / "demo" / "job.py")]
     kills = {"executor": 0, "python-workers": 0}
     processes_killed = 0  # JVMs and Python workers
     drivers: list[Submitted] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kafka_eos_ds.errors import (
+    BrokerError,
     ConfigError,
     DataLossError,
     KafkaClientError,
@@ -17,7 +18,6 @@ from kafka_eos_ds.errors import (
     TransactionError,
     TransactionFencedError,
     TransactionLostError,
-    BrokerError,
 )
 
 if TYPE_CHECKING:

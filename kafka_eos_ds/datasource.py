@@ -51,12 +51,12 @@ class KafkaEosDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from kafka_eos_ds.source import KafkaBatchReader
 
-        return KafkaBatchReader(schema, self.options)
+        return KafkaBatchReader(schema, dict(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from kafka_eos_ds.source import KafkaStreamReader
 
-        return KafkaStreamReader(schema, self.options)
+        return KafkaStreamReader(schema, dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from kafka_eos_ds.sink import KafkaBatchWriter

@@ -2,15 +2,19 @@
 
 ::
 
-    KafkaEosError                      base of everything this package raises
+    KafkaEosError                      base of everything this package raises; .retriable
     ├── ConfigError (ValueError)       bad option / column; raised before any write
     ├── BrokerError                    embedded-broker lifecycle (java, mvn, ports, readiness)
     ├── KafkaClientError               a Kafka client call failed (wraps the client's error)
-    │   └── TransactionError           a transaction's outcome is not what the protocol needs
-    │       ├── TransactionFencedError     a newer producer owns the transactional id
-    │       └── TransactionLostError       a decided transaction was aborted (e.g. by timeout)
+    ├── TransactionError               a two-phase-commit participant is not in the state
+    │   │                              the protocol needs (any sink, not only Kafka)
+    │   ├── TransactionFencedError     a newer writer owns the participant; this one is a zombie
+    │   └── TransactionLostError       a decided participant was aborted (e.g. by timeout)
     └── DataLossError                  offsets vanished (retention, deleted topic) and
                                        failOnDataLoss is true
+
+``retriable`` says whether trying the same call again may help (a coordinator moving, a
+broker restarting); the two-phase committer retries exactly those errors.
 
 Lower-level errors (confluent_kafka.KafkaException, kafka.errors.KafkaError, OSError
 from subprocess) are translated into this tree at one boundary each, with ``raise ...
@@ -21,7 +25,17 @@ from __future__ import annotations
 
 
 class KafkaEosError(Exception):
-    """Base class of every error raised by kafka_eos."""
+    """Base class of every error raised by kafka_eos.
+
+    Attributes
+    ----------
+    retriable : bool
+        Whether trying the same call again may succeed (default False).
+    """
+
+    def __init__(self, message: str = "", *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class ConfigError(KafkaEosError, ValueError):
@@ -35,21 +49,17 @@ class BrokerError(KafkaEosError):
 class KafkaClientError(KafkaEosError):
     """A call to Kafka failed; ``retriable`` says whether trying again may help."""
 
-    def __init__(self, message: str, *, retriable: bool = False) -> None:
-        super().__init__(message)
-        self.retriable = retriable
 
-
-class TransactionError(KafkaClientError):
-    """A transaction is not in the state the two-phase-commit protocol needs."""
+class TransactionError(KafkaEosError):
+    """A participant of the two-phase commit is not in the state the protocol needs."""
 
 
 class TransactionFencedError(TransactionError):
-    """A newer producer (higher epoch) owns the transactional id; this one is a zombie."""
+    """A newer writer (for Kafka: a higher producer epoch) owns the participant's id."""
 
 
 class TransactionLostError(TransactionError):
-    """A transaction that the driver decided to commit was aborted instead."""
+    """A participant that the driver decided to commit was aborted instead."""
 
 
 class DataLossError(KafkaEosError):

@@ -28,16 +28,15 @@ fi
 stamp="$venv/.kafka-eos-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-  # compat mode: a .pth file puts the checkout on sys.path, so Spark's discovery
-  # (pkgutil.iter_modules) sees the top-level pyspark_* shims; the default editable
-  # mode hides them behind an import hook.
+  # The editable install is a .pth line putting the checkout on sys.path (pyproject's
+  # package-dir), so Spark's discovery (pkgutil.iter_modules) sees the pyspark_* shims.
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' \
-    ${pin:+"pyspark==$pin"} --config-settings editable_mode=compat
+    ${pin:+"pyspark==$pin"}
   touch "$stamp"
 fi
 # Fetch (or find cached) the broker jars for both pinned Kafka lines.
 "$venv/bin/python" - <<'PY'
-from kafka_eos_ds.broker import distribution
+from kafka_eos_tools.broker import distribution
 for line in sorted(distribution.VERSIONS):
     print("kafka", distribution.VERSIONS[line], "jars:", distribution.kafka_jars(line))
 PY

@@ -3,9 +3,10 @@
 # real Apache Kafka (KAFKA_EOS_BOOTSTRAP if set, else Docker if present, else the
 # embedded KRaft brokers) and a real local Spark. Installs what it needs first.
 #
-#   scripts/test.sh                        the whole suite on the newest pyspark, then the
-#                                          unit tests and the core integration subset on
-#                                          each older pyspark line (each in its own venv)
+#   scripts/test.sh                        lint (ruff, mypy), the whole suite on the newest
+#                                          pyspark, then the unit tests and the core
+#                                          integration subset on each older pyspark line
+#                                          (each in its own venv)
 #   scripts/test.sh tests -k offsets       only these pytest arguments, newest pyspark
 #   scripts/test.sh --pyspark 4.0.5 tests  the same on one older line
 set -uo pipefail
@@ -71,6 +72,13 @@ if [ "$#" -gt 0 ]; then
 fi
 
 failed=0
+echo "== lint: ruff and mypy (scripts/lint.sh) =="
+if scripts/lint.sh; then
+  echo "lint                     clean" >> "$summary"
+else
+  echo "lint                     FAILED" >> "$summary"
+  failed=1
+fi
 newest=$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')
 run_pytest "pyspark $newest (full)" .venv || failed=1
 for version in "${OLDER_LINES[@]}"; do

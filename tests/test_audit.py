@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_eos_ds.audit import _Rec, audit_records, id_extractor
+from kafka_eos_tools.audit import _Rec, audit_records, id_extractor
 from kafka_eos_ds.errors import ConfigError
 
 

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from kafka_eos_ds.broker import distribution
-from kafka_eos_ds.broker.cluster import EmbeddedKafka
-from kafka_eos_ds.broker.node import Node, server_properties
+from kafka_eos_tools.broker import distribution
+from kafka_eos_tools.broker.cluster import EmbeddedKafka
+from kafka_eos_tools.broker.node import Node, server_properties
 from kafka_eos_ds.errors import BrokerError
 
 
@@ -57,14 +57,14 @@ def test_port_in_use_is_a_clear_error(tmp_path):
 def test_missing_java_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    from kafka_eos_ds.broker.node import java_binary
+    from kafka_eos_tools.broker.node import java_binary
 
     with pytest.raises(BrokerError, match="Java \\('java'\\) is not on PATH"):
         java_binary()
 
 
 def test_missing_maven_is_a_clear_error(tmp_path, monkeypatch):
-    from kafka_eos_ds.broker import maven
+    from kafka_eos_tools.broker import maven
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path / "cache"))

@@ -46,3 +46,21 @@ def test_security_settings_reach_the_admin_client():
 def test_admin_config_needs_bootstrap():
     with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
         to_kafka_python({"security.protocol": "PLAINTEXT"})
+
+
+def test_an_unsupported_kafka_python_fails_naming_the_fix():
+    from kafka_eos_ds.errors import KafkaClientError
+    from kafka_eos_ds.kafka.kafka_python import check_version
+
+    check_version("3.0.12")
+    for version in ("2.0.2", "3.0.9", "4.0.0"):
+        with pytest.raises(KafkaClientError, match=r"pip install 'kafka-python>=3.0.10,<4'"):
+            check_version(version)
+
+
+def test_librdkafka_logs_go_to_python_logging():
+    from kafka_eos_ds.kafka.config import LIBRDKAFKA_LOGGER, logged
+
+    conf = logged({"bootstrap.servers": "h:9092"})
+    assert conf == {"bootstrap.servers": "h:9092", "logger": LIBRDKAFKA_LOGGER}
+    assert LIBRDKAFKA_LOGGER.name == "kafka_eos_ds.librdkafka"

@@ -11,7 +11,8 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.layout import FileId, Layout, query_token
-from kafka_eos_ds.filesink.store import FileDecisionLog, FileParticipants
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, _FileWriter, write_files
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Outcome, Participant, TwoPhaseCommitter
 
@@ -241,11 +242,11 @@ def test_a_fenced_writer_cannot_pre_commit(tmp_path):
     layout = Layout(tmp_path)
     layout.ensure()
     fid = FileId("q", 1, 0, 0)
-    writer = _FileWriter("parquet", layout.in_progress(fid), None)
+    writer = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
     writer.write_all(_batches(4))
     FileParticipants(layout).fence(str(fid))  # recovery ran while this zombie was writing
     with pytest.raises(FileNotFoundError):
-        writer.pre_commit(layout.pending(fid))
+        writer.pre_commit()
     assert FileParticipants(layout).open_ids() == [] and not list(tmp_path.glob("part-*"))
 
 
@@ -253,12 +254,12 @@ def test_a_second_writer_of_the_same_id_refuses_to_share_the_file(tmp_path):
     layout = Layout(tmp_path)
     layout.ensure()
     fid = FileId("q", 1, 0, 0)
-    first = _FileWriter("parquet", layout.in_progress(fid), None)
+    first = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
     first.write_all(_batches(4))
-    second = _FileWriter("parquet", layout.in_progress(fid), None)
+    second = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
     with pytest.raises(FileExistsError):
         second.write_all(_batches(4))
     second.abort()  # must not delete the first writer's file
     assert layout.in_progress(fid).exists()
-    first.pre_commit(layout.pending(fid))
+    first.pre_commit()
     assert pq.read_table(layout.pending(fid)).num_rows == 4

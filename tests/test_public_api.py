@@ -17,7 +17,14 @@ def test_one_exception_tree():
         assert issubclass(getattr(errors, name), errors.KafkaEosError)
     assert issubclass(errors.ConfigError, ValueError)
     assert issubclass(errors.TransactionLostError, errors.TransactionError)
-    assert issubclass(errors.TransactionError, errors.KafkaClientError)
+    # The two-phase-commit errors belong to no particular sink (docs/decisions.md).
+    assert not issubclass(errors.TransactionError, errors.KafkaClientError)
+
+
+def test_retriable_is_a_property_of_every_error():
+    assert errors.KafkaEosError("x").retriable is False
+    assert errors.TransactionError("x", retriable=True).retriable is True
+    assert errors.KafkaClientError("x", retriable=True).retriable is True
 
 
 def test_shim_exposes_the_data_source_under_the_format_name():

@@ -7,10 +7,10 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
-from kafka_eos_ds.kafka import transactional_ids as ids
-from kafka_eos_ds.kafka.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.sink import transactional_ids as ids
+from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.kafka.coordinator import TxnState
-from kafka_eos_ds.kafka.decision_log import partition_for
+from kafka_eos_ds.sink.decision_log import partition_for
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
 from kafka_eos_ds.twophase import Outcome
 
@@ -194,6 +194,7 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     new, *calls = _ScriptedProducer.calls
     conf = new[1]
     assert conf["transactional.id"] == "etl-0-0" and conf["reconnect.backoff.ms"] == backoff
+    assert conf["logger"].name == "kafka_eos_ds.librdkafka"  # librdkafka's lines go to Python logging
     # Connected first (the second metadata request leaves a learned broker up), then init.
     assert calls[:4] == [("metadata", "out"), ("metadata", "out"), "init", "begin"]
     # The producer id is not awaited before producing (no polling between begin and the

@@ -8,6 +8,7 @@ from kafka_eos_ds.errors import TransactionError, TransactionLostError
 from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Outcome, Participant, RecoveryContext,
                                    TwoPhaseCommitter, plan_abort, plan_commit, plan_recovery)
 from kafka_eos_ds.twophase import faults
+from kafka_eos_tools import faults as injection
 
 
 def part(i, attempt=0, records=10):
@@ -158,7 +159,7 @@ def committer(latest=None, outcomes=None, open_ids=(), timeout=5.0, committed_id
     clock = [0.0]
     participants = FakeParticipants(events, outcomes, open_ids)
     participants.committed_ids = set(committed_ids)
-    tpc = TwoPhaseCommitter(log, participants, commit_timeout_s=timeout,
+    tpc = TwoPhaseCommitter(log, participants, progress_store=participants, commit_timeout_s=timeout,
                             parallelism=1, sleep=lambda s: clock.__setitem__(0, clock[0] + s), clock=lambda: clock[0])
     return tpc, log, events
 
@@ -195,10 +196,18 @@ def test_unknown_outcomes_are_retried_then_fail_retriably_keeping_the_decision()
     assert info.value.retriable and log.latest().state == DECIDED
 
 
-def test_abort_after_a_partial_commit_touches_nothing(monkeypatch):
+@pytest.fixture
+def hooked():
+    """The crash tests' fault hook, installed as KAFKA_EOS_FAULT_HOOK installs it in Spark."""
+    faults.install(injection.inject)
+    yield
+    faults.install(None)
+
+
+def test_abort_after_a_partial_commit_touches_nothing(monkeypatch, hooked):
     monkeypatch.setenv("KAFKA_EOS_FAULT", "commit-raise@1")
     tpc, log, events = committer(open_ids=["p-1-0"])
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(injection.InjectedFault):
         tpc.commit("q", 1, [part(0), part(1)])
     monkeypatch.delenv("KAFKA_EOS_FAULT")
     events.clear()
@@ -266,19 +275,27 @@ def test_an_earlier_unfinished_decision_is_finished_before_a_new_one_is_written(
 
 # -- the fault hook -----------------------------------------------------------
 
-def test_faults_match_point_batch_partition_and_attempt(monkeypatch):
+def test_faults_match_point_batch_partition_and_attempt(monkeypatch, hooked):
     monkeypatch.setenv("KAFKA_EOS_FAULT", "task-before-precommit@2#1!0:raise")
     faults.check("task-before-precommit", batch=1, partition=1, attempt=0)
     faults.check("task-before-precommit", batch=2, partition=0, attempt=0)
     faults.check("task-before-precommit", batch=2, partition=1, attempt=1)
     faults.check("driver-after-decision", batch=2)
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(injection.InjectedFault):
         faults.check("task-before-precommit", batch=2, partition=1, attempt=0)
 
 
-def test_faults_cost_nothing_when_unset(monkeypatch):
-    monkeypatch.delenv("KAFKA_EOS_FAULT", raising=False)
+def test_faults_cost_nothing_without_a_hook(monkeypatch):
+    monkeypatch.setenv("KAFKA_EOS_FAULT", "commit-raise@1")
+    assert faults._hook is None
     faults.check("commit-raise", batch=1)
+
+
+def test_the_hook_is_named_in_the_environment_of_spark_processes():
+    env = injection.environment("driver-after-decision@1")
+    assert env == {"KAFKA_EOS_FAULT": "driver-after-decision@1",
+                   "KAFKA_EOS_FAULT_HOOK": "kafka_eos_tools.faults:inject"}
+    assert faults._load(env["KAFKA_EOS_FAULT_HOOK"]) is injection.inject
 
 
 def test_a_batch_with_nothing_to_commit_records_no_decision_but_fences_earlier_attempts():

@@ -29,7 +29,7 @@ def commit_latency(bootstrap: str, transactions: int, repeats: int) -> list[floa
     from confluent_kafka import Producer
 
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
-    from kafka_eos_ds.kafka.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
     from kafka_eos_ds.sink.participants import KafkaTransactions
     from kafka_eos_ds.twophase import Participant, TwoPhaseCommitter
 

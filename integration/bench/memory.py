@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from kafka_eos_ds.demo.processes import descendants
+from kafka_eos_tools.demo.processes import descendants
 
 
 def _rss_bytes(pid: int) -> int:

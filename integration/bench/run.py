@@ -448,7 +448,7 @@ def main(argv=None) -> int:
     cluster = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from kafka_eos_ds.broker.cluster import EmbeddedKafka
+        from kafka_eos_tools.broker.cluster import EmbeddedKafka
 
         cluster = EmbeddedKafka(tempfile.mkdtemp(prefix="bench-kafka-"), brokers=args.brokers)
         bootstrap = cluster.start()

@@ -1,9 +1,10 @@
 """The exactly-once file sink (``format("kafka_eos_file")``): in-progress -> pending ->
 final files, on the sink-agnostic protocol of :mod:`kafka_eos_ds.twophase`.
 
-:mod:`.layout` names the files, :mod:`.config` reads the options, :mod:`.task` writes
-a task's file, :mod:`.store` holds the decision log and the participants port,
-:mod:`.writers` are Spark's writers, :mod:`.datasource` the data source.
+In the order a batch flows through them: :mod:`.datasource` (the data source),
+:mod:`.config` (options), :mod:`.writers` (Spark's entry points), :mod:`.driver` (checks,
+recovery, commit), :mod:`.task` (a task's file), :mod:`.layout` (file names), and the two
+ports: :mod:`.participants` (pending files) and :mod:`.decision_log` (decision.json).
 """
 
 FORMAT = "kafka_eos_file"

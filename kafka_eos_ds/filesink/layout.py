@@ -18,6 +18,7 @@ see the staging directory.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,3 +109,12 @@ class Layout:
     def ensure(self) -> None:
         for d in (self.in_progress_dir, self.pending_dir):
             d.mkdir(parents=True, exist_ok=True)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink in ``path`` durable (POSIX: fsync the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -21,11 +21,10 @@ from typing import Any, Iterable, Optional
 from pyspark.sql.datasource import WriterCommitMessage
 
 from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.layout import FileId, query_token
-from kafka_eos_ds.filesink.store import fsync_dir
-from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.filesink.layout import FileId, fsync_dir, query_token
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
-from kafka_eos_ds.twophase.spark_writers import task_identity
+from kafka_eos_ds.twophase.spark import task_identity
+from kafka_eos_ds.twophase.task import already_decided, run_task
 
 
 @dataclass
@@ -49,36 +48,28 @@ class FileCommitMessage(WriterCommitMessage):
 
 def write_files(config: FileSinkConfig, mark: DoneMark, items: Iterable[Any], schema: Any,
                 default_query: Optional[str] = None, default_batch: Optional[int] = None) -> FileCommitMessage:
-    query, batch, partition, attempt = task_identity(default_query, default_batch)
-    fid = FileId(query_token(query), int(batch or 0), partition, attempt)
-    if mark.covers(query, batch):
-        # This batch was decided before a restart: its files are already final.
-        for _ in items:
-            pass
-        return FileCommitMessage(query, batch, str(fid), partition, attempt, 0, skipped=True)
+    """One task: its rows in one in-progress file, renamed to pending; the message for the driver."""
+    task = task_identity(default_query, default_batch)
+    fid = FileId(query_token(task.query), int(task.batch or 0), task.partition, task.attempt)
+    if already_decided(mark, task, items):
+        return FileCommitMessage(task.query, task.batch, str(fid), task.partition, task.attempt, 0, skipped=True)
     layout = config.layout
-    writer = _FileWriter(config.file_format, layout.in_progress(fid), schema)
-    try:
-        records = writer.write_all(items)
-        faults.check("task-before-precommit", batch=batch, partition=partition, attempt=attempt)
-        if records == 0:
-            return FileCommitMessage(query, batch, str(fid), partition, attempt, 0)
-        pending = layout.pending(fid)
-        writer.pre_commit(pending)
-    except BaseException:
-        writer.abort()
-        raise
-    faults.check("task-after-precommit", batch=batch, partition=partition, attempt=attempt)
-    return FileCommitMessage(query, batch, str(fid), partition, attempt, records, layout.relative(pending),
-                             layout.relative(layout.final(fid)))
+    writer = _FileWriter(config.file_format, layout.in_progress(fid), layout.pending(fid), schema)
+    records = run_task(writer, items, task)
+    if records == 0:
+        return FileCommitMessage(task.query, task.batch, str(fid), task.partition, task.attempt, 0)
+    return FileCommitMessage(task.query, task.batch, str(fid), task.partition, task.attempt, records,
+                             layout.relative(writer.pending), layout.relative(layout.final(fid)))
 
 
 class _FileWriter:
-    """One task's in-progress file; created at the first row."""
+    """One task's in-progress file (a :class:`~kafka_eos_ds.twophase.TaskTransaction`);
+    created at the first row, renamed to ``pending`` at pre-commit."""
 
-    def __init__(self, file_format: str, path: Path, schema: Any) -> None:
+    def __init__(self, file_format: str, path: Path, pending: Path, schema: Any) -> None:
         self.file_format = file_format
         self.path = path
+        self.pending = pending
         self.spark_schema = schema
         self.records = 0
         self._file: Any = None
@@ -111,7 +102,7 @@ class _FileWriter:
             # Exclusive create: a leftover writer of the same id (its old run's worker
             # still alive) makes this attempt fail and be retried under a new id, rather
             # than two writers sharing one file.
-            self._file = open(self.path, "xb")
+            self._file = open(self.path, "xb")  # noqa: SIM115 (open across write calls; closed by _close)
         if self.file_format == "parquet":
             import pyarrow.parquet as pq
 
@@ -123,11 +114,11 @@ class _FileWriter:
             self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
         self.records += batch.num_rows
 
-    def pre_commit(self, pending: Path) -> None:
+    def pre_commit(self) -> None:
         self._close(sync=True)
         # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
-        os.rename(self.path, pending)
-        fsync_dir(pending.parent)
+        os.rename(self.path, self.pending)
+        fsync_dir(self.pending.parent)
 
     def abort(self) -> None:
         opened = self._file is not None

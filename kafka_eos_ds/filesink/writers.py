@@ -1,66 +1,34 @@
-"""The Spark side of the file sink: stream and batch writers.
+"""Spark's entry points of the file sink: the stream and batch writers.
 
-Built on :class:`~kafka_eos_ds.twophase.spark_writers.TwoPhaseSparkDriver`, like the
-Kafka sink: recovery runs when the writer is first pickled (on the planner, before the
-batch's tasks), commit and abort go through the same :class:`TwoPhaseCommitter`.
+As in the Kafka sink (:mod:`kafka_eos_ds.sink.writers`), each writer defines Spark's
+calls itself and hands them to a :class:`~.driver.FileSinkDriver`; recovery is the named
+step ``prepare_for_tasks()``, run when Spark pickles the writer for the tasks (on the
+planner, once per batch; docs/decisions.md).
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import Any, Iterator, Mapping, Optional
 
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
-from kafka_eos_ds.filesink.store import FileDecisionLog, FileParticipants
-from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
-from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.driver import FileSinkDriver
 from kafka_eos_ds.twophase.protocol import DoneMark
-from kafka_eos_ds.twophase.spark_writers import (
-    BatchEntryPoints,
-    BatchWriterBase,
-    StreamEntryPoints,
-    StreamWriterBase,
-    TwoPhaseSparkDriver,
-)
+from kafka_eos_ds.twophase.spark import BatchWriterBase, StreamWriterBase
 
 
-class _FileSinkDriver(TwoPhaseSparkDriver):
-    """Config, recovery of the directory's leftovers, and the file sink's ports."""
-
-    _message_type = FileCommitMessage
-
-    def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool) -> None:
-        if overwrite:
-            raise ConfigError("The kafka_eos_file sink only adds files (mode 'append'); mode 'overwrite' is not "
-                              "supported. Write to a new 'path' or empty the directory first.")
-        self._config = FileSinkConfig.from_options(options)
-        self._schema = schema
-        self._mark: Optional[DoneMark] = None
-        self.recovery_seconds: Optional[float] = None
-
-    def _prepare(self) -> DoneMark:
-        """Check the directory can be written, then finish or delete what earlier runs left."""
-        check_writable(self._config.layout)
-        with self._committer() as committer:
-            return committer.recover()
-
-    @contextlib.contextmanager
-    def _committer(self) -> Iterator[TwoPhaseCommitter]:
-        layout = self._config.layout
-        # Renames are local and quick: no grace sweep is needed beyond a short one for
-        # tasks still closing their files when a batch is aborted.
-        yield TwoPhaseCommitter(FileDecisionLog(layout), FileParticipants(layout),
-                                commit_timeout_s=self._config.commit_timeout_s, abort_grace_s=1.0)
-
-    def _write(self, iterator: Iterator[Any], query: Optional[str], batch: Optional[int]) -> FileCommitMessage:
-        return write_files(self._config, self.mark, iterator, self._schema, query, batch)
+def _driver(schema: StructType, options: Mapping[str, Any], overwrite: bool) -> FileSinkDriver:
+    if overwrite:
+        raise ConfigError("The kafka_eos_file sink only adds files (mode 'append'); mode 'overwrite' is not "
+                          "supported. Write to a new 'path' or empty the directory first.")
+    return FileSinkDriver(FileSinkConfig.from_options(options), schema)
 
 
-class FileStreamWriter(StreamEntryPoints, _FileSinkDriver, StreamWriterBase):
+class FileStreamWriter(StreamWriterBase):
     """``df.writeStream.format("kafka_eos_file")``: exactly-once files for streaming queries.
 
     Each task writes one file per batch into ``DIR/_kafka_eos/in-progress``, pre-commits
@@ -75,16 +43,50 @@ class FileStreamWriter(StreamEntryPoints, _FileSinkDriver, StreamWriterBase):
     """
 
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
-        _FileSinkDriver.__init__(self, schema, options, False)
+        self._driver = _driver(schema, options, False)
+
+    def prepare_for_tasks(self) -> DoneMark:
+        """Check the directory and recover; once per batch, on the planner, before its tasks."""
+        return self._driver.prepare_for_tasks()
+
+    def __getstate__(self) -> dict:
+        self.prepare_for_tasks()  # pickled only on the planner, for the tasks (module docstring)
+        return dict(self.__dict__)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self._driver.write(iterator)
+
+    def commit(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._driver.commit(messages, batchId)
+
+    def abort(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._driver.abort(messages, batchId)
 
 
-class FileBatchWriter(BatchEntryPoints, _FileSinkDriver, BatchWriterBase):
+class FileBatchWriter(BatchWriterBase):
     """``df.write.format("kafka_eos_file").mode("append")``: all files appear at job commit.
 
-    The job is one batch of the protocol under a fresh write id (its files are named
+    The job is batch 0 of the protocol under a fresh write id (its files are named
     ``part-00000-<partition>-<write id>.<ext>``).
     """
 
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
-        _FileSinkDriver.__init__(self, schema, options, overwrite)
+        self._driver = _driver(schema, options, overwrite)
         self._write_id = f"w{uuid.uuid4().hex[:7]}"
+
+    def prepare_for_tasks(self) -> DoneMark:
+        """Check the directory and recover; on the planner, before the job's tasks."""
+        return self._driver.prepare_for_tasks()
+
+    def __getstate__(self) -> dict:
+        self.prepare_for_tasks()  # pickled only on the planner, for the tasks (module docstring)
+        return dict(self.__dict__)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self._driver.write(iterator, self._write_id, 0)
+
+    def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
+        self._driver.commit(messages, 0, self._write_id)
+
+    def abort(self, messages: list[Optional[WriterCommitMessage]]) -> None:
+        self._driver.abort(messages, 0, self._write_id)

@@ -9,17 +9,20 @@ sendOffsetsToTransaction sends). EndTxn stays at v4 and InitProducerId at v4:
 librdkafka speaks transaction protocol v1, and newer versions change the semantics
 (Kafka 4's transaction version 2 bumps the epoch per transaction; KIP-939 fields).
 
-All kafka-python errors are translated here, at this one boundary.
+All kafka-python errors are translated here, at this one boundary; its private API is
+reached only through :mod:`.kafka_python`, which checks the installed version.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
 from kafka_eos_ds.kafka.config import redact, to_kafka_python
+from kafka_eos_ds.kafka.kafka_python import CoordinatorChannel
 
 # Kafka error codes the sink reasons about (org.apache.kafka.common.protocol.Errors).
 NONE = 0
@@ -38,7 +41,25 @@ PRODUCER_FENCED = 90
 RETRIABLE = frozenset({REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
                        NOT_COORDINATOR, CONCURRENT_TRANSACTIONS})
 _MOVED = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+
+
+class TxnStatus(str, enum.Enum):
+    """A transaction's state as the coordinator names it (Kafka's TransactionState).
+
+    Compares equal to the broker's string, so a state this enum does not list (a newer
+    broker's) still flows through as a plain string."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+
+OPEN_STATES = (TxnStatus.ONGOING, TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT, TxnStatus.PREPARE_EPOCH_FENCE)
 
 TIMEOUT_FIX = ("Check the sink option 'kafka.transaction.timeout.ms' against the broker's "
                "'transaction.max.timeout.ms'.")
@@ -52,7 +73,6 @@ class TxnState:
     state: str
     producer_id: int
     producer_epoch: int
-    partitions: tuple = ()
     start_time_ms: int = -1
 
 
@@ -74,7 +94,6 @@ class TransactionCoordinator:
     def __init__(self, conf: Mapping[str, Any]) -> None:
         from kafka.admin import KafkaAdminClient
 
-        self._conf = dict(conf)
         try:
             self._admin = KafkaAdminClient(**to_kafka_python(conf), client_id="kafka-eos-coordinator")
         except ConfigError:
@@ -82,6 +101,7 @@ class TransactionCoordinator:
         except Exception as exc:  # kafka-python raises its own and socket errors
             raise KafkaClientError(f"Cannot reach Kafka at {redact(conf).get('bootstrap.servers')}: {exc}",
                                    retriable=True) from exc
+        self._channel = CoordinatorChannel(self._admin)
 
     def close(self) -> None:
         try:
@@ -100,33 +120,14 @@ class TransactionCoordinator:
     def _send_to_coordinator(self, transactional_id: str, request: Any, *, group: bool = False) -> Any:
         """Send ``request`` to the transaction coordinator of ``transactional_id`` (or, with
         ``group``, to the group coordinator of the group of that name)."""
-        from kafka.protocol.metadata import CoordinatorType
-
-        admin = self._admin
-        kind = CoordinatorType.GROUP if group else CoordinatorType.TRANSACTION
-
-        async def go():
-            coord = await admin._find_coordinator_id(transactional_id, key_type=kind)
-            return await admin._manager.send(request, node_id=coord)
-
         try:
-            response = admin._manager.run(go)
+            response = self._channel.send(transactional_id, request, group=group)
         except Exception as exc:
-            self._forget_coordinator(transactional_id, group=group)
+            self._channel.forget(transactional_id, group=group)
             raise KafkaClientError(f"Coordinator call for {transactional_id} failed: {exc}", retriable=True) from exc
         if getattr(response, "error_code", NONE) in _MOVED:
-            self._forget_coordinator(transactional_id, group=group)
+            self._channel.forget(transactional_id, group=group)
         return response
-
-    def _forget_coordinator(self, key: str, *, group: bool = False) -> None:
-        from kafka.protocol.metadata import CoordinatorType
-
-        kind = CoordinatorType.GROUP if group else CoordinatorType.TRANSACTION
-        # kafka-python caches coordinators; after a move the cached node is wrong.
-        coords = getattr(self._admin._manager.cluster, "_coordinators", None)
-        if isinstance(coords, dict):
-            coords.pop((kind, key), None)
-            coords.pop((CoordinatorType.build_from(kind), key), None)
 
     def send_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
                      offsets: Mapping[str, Mapping[str, int]]) -> None:
@@ -158,7 +159,7 @@ class TransactionCoordinator:
         for topic in response.topics:
             for part in topic.partitions:
                 if part.error_code in _MOVED:  # per partition here, not in the response's header
-                    self._forget_coordinator(group_id, group=True)
+                    self._channel.forget(group_id, group=True)
                 self._raise_for(int(part.error_code), f"TxnOffsetCommit({transactional_id}, group {group_id!r}, "
                                                       f"{topic.name}-{part.partition_index})")
 
@@ -200,6 +201,7 @@ class TransactionCoordinator:
 
         deadline = time.monotonic() + timeout_s
         delay = 0.02
+        last: Optional[KafkaClientError] = None
         while True:
             request = InitProducerIdRequest(transactional_id=transactional_id,
                                             transaction_timeout_ms=int(transaction_timeout_ms),
@@ -232,7 +234,7 @@ class TransactionCoordinator:
         except kerrors.TransactionalIdNotFoundError:
             return None
         except kerrors.KafkaError as exc:
-            self._forget_coordinator(transactional_id)
+            self._channel.forget(transactional_id, group=False)
             raise KafkaClientError(f"DescribeTransactions({transactional_id}) failed: {exc}",
                                    retriable=getattr(exc, "retriable", True)) from exc
         except Exception as exc:
@@ -241,8 +243,7 @@ class TransactionCoordinator:
         if desc is None:
             return None
         return TxnState(transactional_id, str(getattr(desc.state, "value", desc.state)), desc.producer_id,
-                        desc.producer_epoch, tuple(sorted((tp.topic, tp.partition) for tp in desc.topic_partitions)),
-                        desc.transaction_start_time_ms)
+                        desc.producer_epoch, desc.transaction_start_time_ms)
 
     def list_transactions(self, id_regex: Optional[str] = None, open_only: bool = True) -> list[tuple[str, int, str]]:
         """``(transactional_id, producer_id, state)`` of every coordinator's transactions.
@@ -255,13 +256,14 @@ class TransactionCoordinator:
         import kafka.errors as kerrors
         from kafka.protocol.admin.transactions import ListTransactionsRequest
 
-        states = list(OPEN_STATES) if open_only else None
-        use_pattern = id_regex is not None and self._supports(ListTransactionsRequest, 2)
+        states = [s.value for s in OPEN_STATES] if open_only else None
+        use_pattern = id_regex is not None and self._channel.api_version(ListTransactionsRequest) >= 2
         try:
             by_broker = self._admin.list_transactions(state_filters=states,
                                                       transactional_id_pattern=id_regex if use_pattern else None)
         except kerrors.KafkaError as exc:
-            raise KafkaClientError(f"ListTransactions failed: {exc}", retriable=getattr(exc, "retriable", True)) from exc
+            raise KafkaClientError(f"ListTransactions failed: {exc}",
+                                   retriable=getattr(exc, "retriable", True)) from exc
         except Exception as exc:
             raise KafkaClientError(f"ListTransactions failed: {exc}", retriable=True) from exc
         rx = re.compile(id_regex) if id_regex else None
@@ -272,9 +274,3 @@ class TransactionCoordinator:
                     out[t.transactional_id] = (t.transactional_id, t.producer_id,
                                                str(getattr(t.state, "value", t.state)))
         return [out[k] for k in sorted(out)]
-
-    def _supports(self, request_class: Any, version: int) -> bool:
-        try:
-            return self._admin._manager.broker_version_data.api_version(request_class) >= version
-        except Exception:
-            return False

@@ -1,8 +1,13 @@
 """The exactly-once Kafka sink: task transaction -> commit message -> driver commit -> recovery.
 
-``format("kafka_eos")`` writes go through :class:`KafkaStreamWriter` (streaming) and
-:class:`KafkaBatchWriter` (batch); :mod:`.transactions_tool` lists and aborts a sink's
-open transactions for operators.
+In the order a batch flows through them: :mod:`.config` (options and columns, checked
+once), :mod:`.writers` (Spark's entry points), :mod:`.driver` (checks, recovery, commit),
+:mod:`.task_writer` (a task's transaction), :mod:`.messages` (what a task reports), and
+the two ports of :mod:`kafka_eos_ds.twophase`: :mod:`.participants` (transactions by id,
+with :mod:`.commit_outcome` sorting EndTxn answers) and :mod:`.decision_log` (the
+commit-log topic). :mod:`.transactional_ids` names the transactions;
+:mod:`.source_progress` reads what a batch consumed; :mod:`.transactions_tool` lists and
+aborts a sink's open transactions for operators.
 """
 
 from kafka_eos_ds.sink.transactions_tool import abort_transactions, list_transactions

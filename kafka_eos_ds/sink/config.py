@@ -6,18 +6,27 @@ a ConfigError naming the option or column and the fix, raised before a record is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import enum
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, StringType, StructType)
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka import transactional_ids
-from kafka_eos_ds.kafka.decision_log import DEFAULT_TOPIC
 from kafka_eos_ds.options import Options
+from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC
 
-EXACTLY_ONCE = "exactly_once"
-AT_LEAST_ONCE = "at_least_once"
+
+class Guarantee(str, enum.Enum):
+    """The sink option ``deliveryGuarantee``."""
+
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+EXACTLY_ONCE = Guarantee.EXACTLY_ONCE
+AT_LEAST_ONCE = Guarantee.AT_LEAST_ONCE
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000  # the broker's default transaction.max.timeout.ms
 
 # Producer keys the connector sets itself, with the reason given to the user.
@@ -29,7 +38,6 @@ OWNED = {
     "transactional.id.prefix": "use the sink option 'transactionalIdPrefix'.",
 }
 
-_HEADERS = ArrayType
 _COLUMN_TYPES = {
     "value": "string or binary",
     "key": "string or binary",
@@ -54,12 +62,11 @@ class Columns:
 class SinkConfig:
     producer: Mapping[str, str]
     topic: Optional[str]
-    guarantee: str
+    guarantee: Guarantee
     prefix: Optional[str]
     commit_log_topic: str
     transaction_timeout_ms: int
     columns: Columns
-    names: tuple = field(default_factory=tuple)
     source_group_id: Optional[str] = None
     checkpoint: Optional[str] = None
 
@@ -71,7 +78,7 @@ class SinkConfig:
     def from_options(cls, raw: Mapping[str, Any], schema: StructType) -> "SinkConfig":
         opts = Options(raw)
         producer = opts.kafka_params(OWNED)
-        guarantee = opts.get_choice("deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE), EXACTLY_ONCE)
+        guarantee = Guarantee(opts.get_choice("deliveryGuarantee", [g.value for g in Guarantee], EXACTLY_ONCE.value))
         prefix = opts.get("transactionalIdPrefix")
         prefix = prefix.strip() if prefix and prefix.strip() else None
         if guarantee == EXACTLY_ONCE:
@@ -94,7 +101,7 @@ class SinkConfig:
             raise ConfigError("Option 'sourceGroupId' commits the source's offsets inside the sink's transactions; "
                               "it needs deliveryGuarantee 'exactly_once'. Remove one of them.")
         return cls(producer, topic, guarantee, prefix, (opts.get("commitLogTopic") or DEFAULT_TOPIC).strip(),
-                   timeout, columns, tuple(schema.fieldNames()), group, opts.get("checkpointLocation"))
+                   timeout, columns, group, opts.get("checkpointLocation"))
 
 
 def _transaction_timeout(producer: dict) -> int:

@@ -1,7 +1,7 @@
 """The Kafka sink's :class:`~kafka_eos_ds.twophase.Participants`: transactions by id.
 
 commit = EndTxn(commit) with the task's producer id and epoch, sorted into an outcome
-by :mod:`kafka_eos_ds.kafka.commit_outcome` (asking the coordinator when the answer
+by :mod:`kafka_eos_ds.sink.commit_outcome` (asking the coordinator when the answer
 alone cannot tell "already committed" from "lost"); fence = InitProducerId on the id;
 open ids = ListTransactions filtered by the sink's prefix; carry = the batch's source
 offsets added to the first transaction (AddOffsetsToTxn + TxnOffsetCommit) while it is
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from kafka_eos_ds.kafka import transactional_ids
-from kafka_eos_ds.kafka.commit_outcome import classify_described, classify_end_txn
-from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
+from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
 
 
@@ -27,8 +27,7 @@ class KafkaTransactions:
         self.transaction_timeout_ms = transaction_timeout_ms
 
     def commit(self, participant: Participant) -> Outcome:
-        pid = int(participant.handle["producer_id"])
-        epoch = int(participant.handle["epoch"])
+        pid, epoch = _producer(participant)
         outcome = classify_end_txn(self.coordinator.end_txn(participant.id, pid, epoch, commit=True))
         if outcome is None:
             outcome = classify_described(self.coordinator.describe(participant.id), pid, epoch)
@@ -39,17 +38,16 @@ class KafkaTransactions:
         if participant is None:
             self.coordinator.commit_offsets(group, offsets)
             return
-        pid, epoch = int(participant.handle["producer_id"]), int(participant.handle["epoch"])
-        state = self.coordinator.describe(participant.id)
+        pid, epoch = _producer(participant)
         # Only into the transaction itself: once it is past Ongoing, the offsets either
         # went with it or it is finished, and AddOffsetsToTxn would open a new one.
-        if state is not None and state.state == "Ongoing" and (state.producer_id, state.producer_epoch) == (pid, epoch):
+        if _in_state(self.coordinator.describe(participant.id), TxnStatus.ONGOING, pid, epoch):
             self.coordinator.send_offsets(participant.id, pid, epoch, group, offsets)
 
     def committed(self, participant: Participant) -> bool:
-        pid, epoch = int(participant.handle["producer_id"]), int(participant.handle["epoch"])
+        pid, epoch = _producer(participant)
         state = self.coordinator.describe(participant.id)
-        if state is not None and state.state == "PrepareCommit" and (state.producer_id, state.producer_epoch) == (pid, epoch):
+        if _in_state(state, TxnStatus.PREPARE_COMMIT, pid, epoch):
             return True  # the coordinator is writing its commit markers: it will be committed
         return classify_described(state, pid, epoch) is Outcome.COMMITTED
 
@@ -68,7 +66,7 @@ class KafkaTransactions:
         # is still writing when the next batch's recovery looks (fencing one only waits
         # for it to end, and was logged as "aborting leftover transactions").
         return [tid for tid, _pid, state in listed
-                if state == "Ongoing" and transactional_ids.parse(self.prefix, tid) is not None]
+                if state == TxnStatus.ONGOING and transactional_ids.parse(self.prefix, tid) is not None]
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return ("The usual cause is the transaction timeout: the broker aborts a transaction open longer than "
@@ -76,3 +74,14 @@ class KafkaTransactions:
                 "option 'kafka.transaction.timeout.ms' (at most the broker's 'transaction.max.timeout.ms') so "
                 "it covers a batch's write plus the driver's commit, and restart the query from an earlier "
                 "checkpoint or re-process the affected input.")
+
+
+def _producer(participant: Participant) -> tuple[int, int]:
+    """The producer id and epoch the task's transaction ran under."""
+    return int(participant.handle["producer_id"]), int(participant.handle["epoch"])
+
+
+def _in_state(state: Optional[TxnState], status: TxnStatus, producer_id: int, epoch: int) -> bool:
+    """Whether the coordinator holds *our* transaction (same producer id and epoch) in ``status``."""
+    return (state is not None and state.state == status
+            and (state.producer_id, state.producer_epoch) == (producer_id, epoch))

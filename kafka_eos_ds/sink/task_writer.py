@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
-from kafka_eos_ds.kafka import transactional_ids
-from kafka_eos_ds.kafka.config import redact, short_lived
+from kafka_eos_ds.kafka.config import logged, redact, short_lived
+from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
-from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DoneMark
-from kafka_eos_ds.twophase.spark_writers import task_identity
+from kafka_eos_ds.twophase.spark import task_identity
+from kafka_eos_ds.twophase.task import already_decided, run_task
 
 # Small, so the producer id is known by the time the task has flushed; its cost is one
 # JSON document every 20 ms per producer, parsed until the id is in it.
@@ -57,32 +57,24 @@ class _Stats:
 
 def write_partition(config: SinkConfig, mark: DoneMark, items: Iterable[Any],
                     default_query: Optional[str] = None, default_batch: Optional[int] = None) -> KafkaCommitMessage:
-    query, batch, partition, attempt = task_identity(default_query, default_batch)
-    if config.exactly_once and mark.covers(query, batch):
-        # This batch was decided before a restart: its output is already in Kafka.
-        for _ in items:
-            pass
-        return KafkaCommitMessage(query, batch, partition, attempt, 0, skipped=True)
-    writer = _PartitionWriter(config, partition, attempt, batch)
-    try:
-        records = writer.write_all(items)
-        faults.check("task-before-precommit", batch=batch, partition=partition, attempt=attempt)
-        writer.pre_commit()
-    except BaseException:
-        writer.abort()
-        raise
-    faults.check("task-after-precommit", batch=batch, partition=partition, attempt=attempt)
-    return KafkaCommitMessage(query, batch, partition, attempt, records, writer.transactional_id,
+    """One task: its rows in one transaction, pre-committed; the message for the driver."""
+    task = task_identity(default_query, default_batch)
+    if config.exactly_once and already_decided(mark, task, items):
+        return KafkaCommitMessage(task.query, task.batch, task.partition, task.attempt, 0, skipped=True)
+    writer = _PartitionWriter(config, task.partition, task.attempt)
+    records = run_task(writer, items, task)
+    return KafkaCommitMessage(task.query, task.batch, task.partition, task.attempt, records, writer.transactional_id,
                               *(writer.pid_epoch or (-1, -1)))
 
 
 class _PartitionWriter:
-    """One task's producer; opened at the first row, so empty tasks open no transaction."""
+    """One task's producer (a :class:`~kafka_eos_ds.twophase.TaskTransaction`); opened at
+    the first row, so empty tasks open no transaction."""
 
-    def __init__(self, config: SinkConfig, partition: int, attempt: int, batch: Optional[int]) -> None:
+    def __init__(self, config: SinkConfig, partition: int, attempt: int) -> None:
         self.config = config
         self.transactional_id = (transactional_ids.build(config.prefix, partition, attempt)
-                                 if config.exactly_once else None)
+                                 if config.exactly_once and config.prefix is not None else None)
         self.producer: Any = None
         self.delivery = _Delivery()
         self.stats = _Stats()
@@ -101,7 +93,7 @@ class _PartitionWriter:
                          "transaction.timeout.ms": self.config.transaction_timeout_ms,
                          "statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": self.stats})
         try:
-            self.producer = Producer(conf)
+            self.producer = Producer(logged(conf))
             if self.config.exactly_once:
                 self._connect()
                 self.producer.init_transactions(60)
@@ -110,16 +102,12 @@ class _PartitionWriter:
             raise _translate(exc, self.config) from exc
 
     def _connect(self) -> None:
-        """Bring a broker connection up before init_transactions().
-
-        With no broker connection up, librdkafka cannot look up the transaction
-        coordinator at once and may only retry on its 500 ms coordinator timer: measured,
-        1 in 3 task producers took ~510 ms to init instead of ~18. The first metadata
-        request goes to the bootstrap address, whose connection librdkafka drops once it
-        has learned the brokers; the second one connects a learned broker, which stays
-        up. The topic asked for is one the driver has seen exist (naming a missing one
-        could auto-create it). Best effort: init_transactions() reports a cluster that
-        does not answer."""
+        """Bring a broker connection up before init_transactions(), so its coordinator
+        lookup does not wait for librdkafka's 500 ms timer (docs/decisions.md, "Task
+        producer start"). The second metadata request connects a learned broker, which
+        stays up; the topic is one the driver has seen exist (a missing one could be
+        auto-created). Best effort: init_transactions() reports a cluster that does not
+        answer."""
         from confluent_kafka import KafkaException
 
         try:
@@ -203,7 +191,10 @@ class _PartitionWriter:
         if self.producer is None:
             self._open()
         cols = self.config.columns
-        column = lambda i: batch.column(i).to_pylist() if i >= 0 else None  # noqa: E731
+
+        def column(i: int) -> Any:
+            return batch.column(i).to_pylist() if i >= 0 else None
+
         values, keys, topics, parts, headers = (column(cols.value), column(cols.key), column(cols.topic),
                                                 column(cols.partition), column(cols.headers))
         fixed_topic = self.config.topic
@@ -213,9 +204,7 @@ class _PartitionWriter:
             for value in values:
                 try:
                     produce(fixed_topic, value)
-                except BufferError:
-                    self._produce(fixed_topic, value, None, None, None)
-                except Exception:
+                except Exception:  # BufferError or KafkaException: the slow path handles both
                     self._produce(fixed_topic, value, None, None, None)
         else:
             for i in range(n):
@@ -229,13 +218,16 @@ class _PartitionWriter:
         for row in rows:
             if self.producer is None:
                 self._open()
-            get = lambda i: row[i] if i >= 0 else None  # noqa: E731
-            headers = get(cols.headers)
+            headers = _field(row, cols.headers)
             if headers:
                 headers = [{"key": h["key"], "value": _immutable(h["value"])} for h in headers]
-            self._produce(self.config.topic or get(cols.topic), _immutable(get(cols.value)),
-                          _immutable(get(cols.key)), get(cols.partition), headers)
+            self._produce(self.config.topic or _field(row, cols.topic), _immutable(_field(row, cols.value)),
+                          _immutable(_field(row, cols.key)), _field(row, cols.partition), headers)
             self.records += 1
+
+
+def _field(row: Any, index: int) -> Any:
+    return row[index] if index >= 0 else None
 
 
 def _immutable(data: Any) -> Any:
@@ -247,7 +239,7 @@ def _immutable(data: Any) -> Any:
 def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None) -> Exception:
     from confluent_kafka import KafkaError
 
-    err = exc.args[0] if exc.args else None
+    err: Any = exc.args[0] if exc.args else None
     code = err.code() if hasattr(err, "code") else None
     if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
         return ConfigError(f"The broker refused transaction.timeout.ms={config.transaction_timeout_ms}: set the sink "

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from kafka_eos_ds.kafka import transactional_ids
 from kafka_eos_ds.kafka.coordinator import OPEN_STATES, TransactionCoordinator
+from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 

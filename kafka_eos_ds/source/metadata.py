@@ -13,7 +13,7 @@ import re
 from typing import Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import redact
+from kafka_eos_ds.kafka.config import logged, redact
 from kafka_eos_ds.source.offsets import Offsets, TopicPartitionKey
 from kafka_eos_ds.source.options import SourceOptions
 
@@ -71,7 +71,8 @@ class KafkaMetadata:
                 continue
             if sub.kind == "subscribe" and name not in sub.topics:
                 continue
-            if sub.kind == "subscribePattern" and (name.startswith("__") or not self._pattern.fullmatch(name)):
+            matches = self._pattern is not None and self._pattern.fullmatch(name)
+            if sub.kind == "subscribePattern" and (name.startswith("__") or not matches):
                 continue
             found.update((name, p) for p in meta.partitions)
         if sub.kind == "assign":
@@ -130,7 +131,7 @@ def _client(factory, conf: dict):
     from confluent_kafka import KafkaException
 
     try:
-        return factory(conf)
+        return factory(logged(conf))
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(f"Kafka client settings (kafka.* options) were refused: {exc}. "
                           f"Settings given: {redact(conf)}") from exc

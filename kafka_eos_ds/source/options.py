@@ -193,7 +193,8 @@ def _starting(opts: Options, streaming: bool) -> OffsetSpec:
         stamp = opts.get_int("startingTimestamp", minimum=0)
         return OffsetSpec("timestamp", timestamp=stamp, strategy=_strategy(opts))
     if "startingOffsetsByTimestamp" in opts:
-        stamps = offsets_json.parse_timestamps("startingOffsetsByTimestamp", opts.get("startingOffsetsByTimestamp") or "")
+        stamps = offsets_json.parse_timestamps("startingOffsetsByTimestamp",
+                                               opts.get("startingOffsetsByTimestamp") or "")
         return OffsetSpec("timestamps", offsets=stamps, strategy=_strategy(opts))
     default = "latest" if streaming else "earliest"
     text = (opts.get("startingOffsets") or default).strip()

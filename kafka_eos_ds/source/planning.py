@@ -122,7 +122,7 @@ def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
     if parts == 1:
         return [r]
     bounds = [r.from_offset + (r.size * i) // parts for i in range(parts + 1)]
-    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
 def read_config(options: "SourceOptions") -> ReadConfig:

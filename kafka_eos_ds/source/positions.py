@@ -29,7 +29,7 @@ def resolve(spec: OffsetSpec, partitions: Iterable[TopicPartitionKey], metadata:
         committed = metadata.committed(tps)
         missing = {tp for tp, off in committed.items() if off is None} | (tps - set(committed))
         earliest = metadata.earliest(missing)
-        return {tp: (committed.get(tp) if committed.get(tp) is not None else earliest[tp]) for tp in tps}
+        return {tp: (c if (c := committed.get(tp)) is not None else earliest[tp]) for tp in tps}
     if spec.kind == "offsets":
         _same_partitions(option, set(spec.offsets), tps)
         wanted = dict(spec.offsets)

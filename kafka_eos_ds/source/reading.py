@@ -29,6 +29,7 @@ from itertools import chain
 from typing import Any, Iterator
 
 from kafka_eos_ds.errors import KafkaClientError
+from kafka_eos_ds.kafka.config import logged
 from kafka_eos_ds.source.planning import KafkaInputPartition, OffsetRange, ReadConfig, report_data_loss
 from kafka_eos_ds.source.schema import arrow_schema
 
@@ -69,7 +70,7 @@ def _consumer(config: ReadConfig):
         "auto.offset.reset": "error",
     }
     try:
-        return Consumer(conf)
+        return Consumer(logged(conf))
     except Exception as exc:
         raise KafkaClientError(f"could not create a Kafka consumer: {exc}") from exc
 
@@ -124,7 +125,8 @@ class _RangeReader:
                         position = max(position, self._on_event(m, position))
             if records:
                 if records[-1].offset() >= r.until_offset:
-                    cut = bisect.bisect_left(list(map(Message.offset, records)), r.until_offset)
+                    # offset() is None only on error events, which were filtered out above.
+                    cut = bisect.bisect_left(list(map(Message.offset, records)), r.until_offset)  # type: ignore[type-var]
                     records = records[:cut]
                     position = r.until_offset
                 if records:

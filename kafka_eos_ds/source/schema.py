@@ -69,4 +69,4 @@ def arrow_schema(include_headers: bool) -> Any:
     if "timezone" in inspect.signature(to_arrow_schema).parameters:  # pyspark >= 4.1
         return to_arrow_schema(schema, timezone="UTC")
     # pyspark 4.0 names the same choice differently (UTC-adjusted timestamps).
-    return to_arrow_schema(schema, timestamp_utc=True)
+    return to_arrow_schema(schema, timestamp_utc=True)  # type: ignore[call-arg]

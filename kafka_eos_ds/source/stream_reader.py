@@ -191,9 +191,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # pyspark < 4.2 passes no read limit (ReadAllAvailable is None there): the reader
         # applies its own options, from the end it returned or Spark last planned.
         limits_given = ReadAllAvailable is not None
-        if limits_given and (limit is None or isinstance(limit, ReadAllAvailable)):
-            if self._target is None or self.options.max_offsets_per_trigger is None:
-                return latest
+        all_available = limits_given and (limit is None or isinstance(limit, ReadAllAvailable))
+        if all_available and (self._target is None or self.options.max_offsets_per_trigger is None):
+            return latest
         opts = self.options
         if opts.min_offsets_per_trigger is not None and self._target is None:
             available = sum(max(0, off - begin.get(tp, off)) for tp, off in latest.items())

@@ -1,9 +1,10 @@
 """A sink-agnostic two-phase-commit protocol (no Kafka in here).
 
-:mod:`.protocol` names the parts (Participant, Decision, DoneMark, the DecisionLog and
-Participants ports), :mod:`.recovery` is the pure policy, :mod:`.committer` runs it on
-the driver, :mod:`.faults` injects crashes for tests. The Kafka sink
-(:mod:`kafka_eos_ds.sink`) is one implementation.
+:mod:`.protocol` names the parts (Participant, Decision, DoneMark) and the ports a sink
+implements; :mod:`.recovery` is the pure policy; :mod:`.committer` runs it on the
+driver; :mod:`.task` runs a task's side; :mod:`.spark` is what both need from Spark;
+:mod:`.faults` is the crash-test hook. The Kafka sink (:mod:`kafka_eos_ds.sink`) and
+the file sink (:mod:`kafka_eos_ds.filesink`) implement it.
 """
 
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
@@ -11,19 +12,21 @@ from kafka_eos_ds.twophase.protocol import (
     ABANDONED,
     DECIDED,
     DONE,
+    CommitMessage,
     Decision,
     DecisionLog,
+    DecisionState,
     DoneMark,
     Outcome,
     Participant,
     Participants,
-    ProgressCarrier,
+    ProgressStore,
     TaskTransaction,
 )
 from kafka_eos_ds.twophase.recovery import RecoveryContext, RecoveryPlan, plan_abort, plan_commit, plan_recovery
 
 __all__ = [
-    "ABANDONED", "DECIDED", "DONE", "Decision", "DecisionLog", "DoneMark", "Outcome", "Participant", "Participants",
-    "ProgressCarrier", "TaskTransaction", "TwoPhaseCommitter", "RecoveryContext", "RecoveryPlan", "plan_abort", "plan_commit",
-    "plan_recovery",
+    "ABANDONED", "DECIDED", "DONE", "CommitMessage", "Decision", "DecisionLog", "DecisionState", "DoneMark",
+    "Outcome", "Participant", "Participants", "ProgressStore", "TaskTransaction", "TwoPhaseCommitter",
+    "RecoveryContext", "RecoveryPlan", "plan_abort", "plan_commit", "plan_recovery",
 ]

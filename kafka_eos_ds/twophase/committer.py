@@ -8,6 +8,8 @@ place that orders the steps, so every sink built on it gets the same guarantees:
 * ``commit`` is idempotent per (query, batch); ``abort`` never touches a decided batch;
 * recovery commits what was decided and fences everything else the sink left open;
 * a decided participant that turns out aborted fails loudly (TransactionLostError).
+
+It calls only the ports declared in :mod:`.protocol`; nothing here knows Kafka.
 """
 
 from __future__ import annotations
@@ -17,10 +19,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
+from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError
 from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase.protocol import (ABANDONED, DONE, Decision, DecisionLog, DoneMark, Outcome, Participant,
-                                            Participants)
+from kafka_eos_ds.twophase.protocol import (
+    ABANDONED,
+    DONE,
+    Decision,
+    DecisionLog,
+    DoneMark,
+    Outcome,
+    Participant,
+    Participants,
+    ProgressStore,
+)
 from kafka_eos_ds.twophase.recovery import RecoveryContext, plan_abort, plan_commit, plan_recovery
 
 log = logging.getLogger(__name__)
@@ -35,6 +46,9 @@ class TwoPhaseCommitter:
         Where decisions are made durable.
     participants : Participants
         Commits and fences the sink's participants.
+    progress_store : ProgressStore, optional
+        Stores what a batch consumed with its first participant; needed only by sinks
+        whose ``commit`` is given ``progress``.
     commit_timeout_s : float
         How long to keep retrying a participant whose outcome is not known yet before
         failing the batch (the decision stays; a restart finishes it).
@@ -45,11 +59,13 @@ class TwoPhaseCommitter:
         still running when the batch was aborted.
     """
 
-    def __init__(self, decisions: DecisionLog, participants: Participants, *, commit_timeout_s: float = 120.0,
+    def __init__(self, decisions: DecisionLog, participants: Participants, *,
+                 progress_store: Optional[ProgressStore] = None, commit_timeout_s: float = 120.0,
                  parallelism: int = 8, abort_grace_s: float = 3.0, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions
         self.participants = participants
+        self.progress_store = progress_store
         self.commit_timeout_s = commit_timeout_s
         self.parallelism = max(1, parallelism)
         self.abort_grace_s = abort_grace_s
@@ -78,7 +94,8 @@ class TwoPhaseCommitter:
             # no output to be atomic with: it is stored on its own.
             self._fence(superseded)
             if progress is not None:
-                self._retrying(lambda: self.participants.carry(progress, None), "Could not store the batch's progress")
+                store = self._progress_store()
+                self._retrying(lambda: store.carry(progress, None), "Could not store the batch's progress")
             return
         if plan.write_decision:
             self.decisions.write(decision)
@@ -139,18 +156,20 @@ class TwoPhaseCommitter:
 
     def _started(self, decision: Decision) -> bool:
         first = decision.participants[0]
-        return self._retrying(lambda: self.participants.committed(first), f"Could not learn whether {first.id} committed")
+        return bool(self._retrying(lambda: self.participants.committed(first),
+                                   f"Could not learn whether {first.id} committed"))
 
     def _commit_all(self, decision: Decision, batch_id: int) -> None:
         parts = list(decision.participants)
         if not parts:
             return
         first, rest = parts[0], parts[1:]
-        if decision.progress is not None:
+        progress = decision.progress
+        if progress is not None:
             # The batch's progress rides in the first participant, so the two become
             # visible together; a no-op when that participant already committed.
-            self._retrying(lambda: self.participants.carry(decision.progress, first),
-                           f"Could not attach the batch's progress to {first.id}")
+            store = self._progress_store()
+            self._retrying(lambda: store.carry(progress, first), f"Could not attach the batch's progress to {first.id}")
             faults.check("driver-after-progress", batch=batch_id)
         # The first one alone, so a crash test can stop between "some" and "all".
         outcomes = [(first, self._commit_one(first))]
@@ -158,7 +177,7 @@ class TwoPhaseCommitter:
         faults.check("commit-raise", batch=batch_id)
         if rest:
             with ThreadPoolExecutor(min(self.parallelism, len(rest))) as pool:
-                outcomes += list(zip(rest, pool.map(self._commit_one, rest)))
+                outcomes += list(zip(rest, pool.map(self._commit_one, rest), strict=True))
         lost = [p for p, outcome in outcomes if outcome is Outcome.LOST]
         if lost:
             raise TransactionLostError(
@@ -174,8 +193,8 @@ class TwoPhaseCommitter:
 
     def _retrying(self, call: Callable[[], Any], failure: str, *, again: Any = None) -> Any:
         """``call()`` until it answers something other than ``again``, retrying retriable
-        client errors, with backoff, for commit_timeout_s; then a retriable TransactionError
-        that starts with ``failure``. A non-retriable client error is raised as it is."""
+        errors, with backoff, for commit_timeout_s; then a retriable TransactionError that
+        starts with ``failure``. A non-retriable error is raised as it is."""
         deadline = self._clock() + self.commit_timeout_s
         delay = 0.05
         last: Optional[BaseException] = None
@@ -184,7 +203,7 @@ class TwoPhaseCommitter:
                 answer = call()
                 if again is None or answer is not again:
                     return answer
-            except KafkaClientError as exc:
+            except KafkaEosError as exc:
                 if not exc.retriable:
                     raise
                 last = exc
@@ -194,6 +213,11 @@ class TwoPhaseCommitter:
                     "stored; restarting the query finishes the commit.", retriable=True) from last
             self._sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def _progress_store(self) -> ProgressStore:
+        if self.progress_store is None:
+            raise TypeError("this sink's decisions carry progress but its committer has no progress_store")
+        return self.progress_store
 
     def _fence(self, ids: Sequence[str]) -> None:
         if not ids:

@@ -1,73 +1,51 @@
-"""Test-only fault injection at named points of the protocol; free when unset.
+"""Named crash points of the protocol, a hook for crash tests; free in production.
 
-``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][:action]"``, several separated
-by ``,``. Points: ``task-before-precommit``, ``task-after-precommit``, ``driver-before-decision``,
-``driver-after-decision``, ``driver-after-progress``, ``driver-after-first-commit``, ``driver-after-all-commits``, ``driver-after-done``,
-``commit-raise``. Actions: ``kill`` (default: SIGKILL this process; at ``driver-*``
-points also the JVM driver's process group, so start the driver in its own session), ``exit`` (``os._exit(1)``), ``raise``.
-``commit-raise`` raises by default.
+The protocol calls :func:`check` at each point (``task-before-precommit``,
+``task-after-precommit``, ``driver-before-decision``, ``driver-after-decision``,
+``driver-after-progress``, ``driver-after-first-commit``, ``commit-raise``,
+``driver-after-all-commits``, ``driver-after-done``). Unless a hook is installed that is
+one global lookup and a ``None`` test.
+
+A test installs a hook with :func:`install`; in Spark's worker processes, which a test
+cannot reach, the hook is named by ``KAFKA_EOS_FAULT_HOOK="module:function"`` and loaded
+once, when this module is first imported. The project's crash tests use
+``kafka_eos_tools.faults:inject`` (docs/testing.md).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-import re
-import signal
-from typing import Optional
+from typing import Optional, Protocol
 
-_SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(:(?P<action>\w+))?$")
-_ENV = "KAFKA_EOS_FAULT"
+HOOK_ENV = "KAFKA_EOS_FAULT_HOOK"
 
 
-class InjectedFault(RuntimeError):
-    """Raised by a ``raise`` fault."""
+class FaultHook(Protocol):
+    def __call__(self, point: str, *, batch: Optional[int], partition: Optional[int],
+                 attempt: Optional[int]) -> None: ...
+
+
+_hook: Optional[FaultHook] = None
+
+
+def install(hook: Optional[FaultHook]) -> None:
+    """Call ``hook`` at every fault point from now on (None: remove it)."""
+    global _hook
+    _hook = hook
 
 
 def check(point: str, *, batch: Optional[int] = None, partition: Optional[int] = None,
           attempt: Optional[int] = None) -> None:
-    spec = os.environ.get(_ENV)
-    if not spec:
-        return
-    for item in spec.split(","):
-        m = _SPEC.match(item.strip())
-        if not m or m["point"] != point:
-            continue
-        if m["batch"] is not None and (batch is None or int(m["batch"]) != int(batch)):
-            continue
-        if m["part"] is not None and (partition is None or int(m["part"]) != int(partition)):
-            continue
-        if m["attempt"] is not None and (attempt is None or int(m["attempt"]) != int(attempt)):
-            continue
-        _act(point, m["action"] or ("raise" if point == "commit-raise" else "kill"))
+    if _hook is not None:
+        _hook(point, batch=batch, partition=partition, attempt=attempt)
 
 
-def _act(point: str, action: str) -> None:
-    if action == "raise":
-        raise InjectedFault(f"injected fault at {point}")
-    if action == "exit":
-        os._exit(1)
-    if point.startswith("driver-"):
-        # The driver's Python workers are children of the JVM (and PySpark's worker
-        # daemon makes its own process group); killing only this worker would look like
-        # a failed call, not a driver crash. Kill the JVM's process group.
-        jvm = _ancestor_jvm()
-        if jvm is not None:
-            os.killpg(os.getpgid(jvm), signal.SIGKILL)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+def _load(spec: str) -> FaultHook:
+    module, _, name = spec.partition(":")
+    hook: FaultHook = getattr(importlib.import_module(module), name or "inject")
+    return hook
 
 
-def _ancestor_jvm() -> Optional[int]:
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                exe = f.read().split(b"\0", 1)[0]
-            with open(f"/proc/{pid}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
-            return None
-        if exe.endswith(b"java"):
-            return pid
-        pid = parent
-    return None
+if os.environ.get(HOOK_ENV):
+    install(_load(os.environ[HOOK_ENV]))

@@ -1,40 +1,46 @@
-"""The two-phase-commit protocol's vocabulary: participants, decisions, and the two
-ports a concrete sink implements.
+"""The two-phase-commit protocol's vocabulary: participants, decisions, and the ports a
+concrete sink implements.
 
-Nothing here knows Kafka. A sink plugs in with two objects:
+Nothing here knows Kafka. A sink plugs in with:
 
 * a :class:`DecisionLog` — where the driver makes a commit decision durable *before*
   the first participant is committed, and where a restarted query reads it back;
 * a :class:`Participants` port — commits one pre-committed participant on the driver,
-  fences (aborts) a participant by id, and lists the ids of this sink still open.
-
-The task side of a sink follows the same life cycle — ``begin`` (open a transaction or
-a staging area), write, ``pre_commit`` (make everything durable but invisible; return a
-:class:`Participant`), or ``abort`` on failure — see :class:`TaskTransaction`.
+  fences (aborts) a participant by id, and lists the ids of this sink still open;
+* optionally a :class:`ProgressStore` — for sinks whose decisions carry what the batch
+  consumed (the Kafka sink's ``sourceGroupId``);
+* on the executors, a :class:`TaskTransaction` per task — write, ``pre_commit`` (make
+  everything durable but invisible), or ``abort`` — run by :func:`~.task.run_task`, and
+  a :class:`CommitMessage` that carries the task's :class:`Participant` to the driver.
 
 Life cycle of a batch::
 
-    tasks:  begin -> write ... -> pre_commit -> Participant (in the commit message)
+    tasks:  write ... -> pre_commit -> CommitMessage(Participant)
     driver: DecisionLog.write(decided) -> Participants.commit(each) -> DecisionLog.write(done)
     fail:   abort -> Participants.fence(each not decided)
     restart: recover -> commit what was decided, fence every other open id
-
-A file sink would be: Participant.handle = {"pending": path}; commit = atomic rename to
-the final name (already-renamed counts as committed); fence = delete the pending file;
-open_ids = pending files of the sink's prefix.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
-DECIDED = "decided"
-DONE = "done"
-# A decided batch of a query whose checkpoint was lost, none of which had become
-# visible: recovery aborted it, and the new query re-reads its input.
-ABANDONED = "abandoned"
+
+class DecisionState(str, enum.Enum):
+    """Where a batch's decision stands."""
+
+    DECIDED = "decided"  # commit all of its participants; not all are known committed yet
+    DONE = "done"        # every participant committed
+    # A decided batch of a query whose checkpoint was lost, none of which had become
+    # visible: recovery aborted it, and the new query re-reads its input.
+    ABANDONED = "abandoned"
+
+
+DECIDED = DecisionState.DECIDED
+DONE = DecisionState.DONE
+ABANDONED = DecisionState.ABANDONED
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ class Participant:
     records: int
     handle: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "handle": dict(self.handle)}
 
     @classmethod
@@ -80,18 +86,18 @@ class Decision:
 
     query_id: str
     batch_id: int
-    state: str
+    state: DecisionState
     participants: tuple[Participant, ...] = ()
     progress: Optional[Mapping[str, Any]] = None
 
     def same_batch(self, query_id: str, batch_id: int) -> bool:
         return self.query_id == query_id and self.batch_id == int(batch_id)
 
-    def with_state(self, state: str) -> "Decision":
+    def with_state(self, state: DecisionState) -> "Decision":
         return Decision(self.query_id, self.batch_id, state, self.participants, self.progress)
 
-    def to_json(self) -> dict:
-        out = {"queryId": self.query_id, "batchId": self.batch_id, "state": self.state,
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"queryId": self.query_id, "batchId": self.batch_id, "state": self.state.value,
                "transactions": [p.to_json() for p in self.participants]}
         if self.progress is not None:
             out["progress"] = dict(self.progress)
@@ -99,7 +105,7 @@ class Decision:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Decision":
-        return cls(str(data["queryId"]), int(data["batchId"]), str(data["state"]),
+        return cls(str(data["queryId"]), int(data["batchId"]), DecisionState(str(data["state"])),
                    tuple(Participant.from_json(p) for p in data.get("transactions") or ()),
                    data.get("progress"))
 
@@ -129,6 +135,8 @@ class Outcome(enum.Enum):
 
 
 class DecisionLog(Protocol):
+    """Where a sink's decisions are kept (Kafka: a compacted topic; files: decision.json)."""
+
     def latest(self) -> Optional[Decision]:
         """The most recent decision of this sink, or None if there never was one."""
 
@@ -137,8 +145,13 @@ class DecisionLog(Protocol):
 
 
 class Participants(Protocol):
+    """The driver's hold on a sink's participants (Kafka: transactions; files: pending files)."""
+
     def commit(self, participant: Participant) -> Outcome:
         """Commit one pre-committed participant (idempotent: committed twice is COMMITTED)."""
+
+    def committed(self, participant: Participant) -> bool:
+        """Whether ``participant`` is committed (or certain to be)."""
 
     def fence(self, participant_id: str) -> None:
         """Abort whatever is open under ``participant_id`` and shut out its writer."""
@@ -153,22 +166,33 @@ class Participants(Protocol):
         """Why decided participants can be lost and which settings to check (for the error)."""
 
 
-class ProgressCarrier(Protocol):
-    """Optional part of :class:`Participants` for sinks whose decisions carry ``progress``."""
+class ProgressStore(Protocol):
+    """Optional port for sinks whose decisions carry ``progress`` (what the batch consumed)."""
 
     def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
         """Attach ``progress`` to ``participant`` so both commit atomically (a no-op if the
         participant is no longer open); with None, store the progress on its own."""
 
-    def committed(self, participant: Participant) -> bool:
-        """Whether ``participant`` is committed (or certain to be)."""
-
 
 class TaskTransaction(Protocol):
-    """The executor side of a sink (documentation of the contract; not used by the driver)."""
+    """The executor side of a sink: one task attempt's work, run by :func:`~.task.run_task`."""
 
-    def begin(self) -> None: ...
+    def write_all(self, items: Iterable[Any]) -> int:
+        """Write the task's input (opening the transaction at the first row); return the count."""
 
-    def pre_commit(self) -> Participant: ...
+    def pre_commit(self) -> None:
+        """Make what was written durable but invisible, ready for the driver to commit."""
 
-    def abort(self) -> None: ...
+    def abort(self) -> None:
+        """Best effort: drop what was written (the driver fences the id anyway)."""
+
+
+class CommitMessage(Protocol):
+    """What a task returns to Spark (a ``WriterCommitMessage``) for the driver's commit."""
+
+    @property
+    def query_id(self) -> Optional[str]:
+        """The streaming query's id (or the batch write's id) the task ran for."""
+
+    def participant(self) -> Participant:
+        """The task's pre-committed work (``records`` 0: nothing to commit)."""

@@ -52,8 +52,10 @@ def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
     fence = tuple(sorted({i for i in ctx.open_ids if i not in keep}))
     mark = DoneMark(latest.query_id, latest.batch_id) if latest is not None and latest.state != ABANDONED \
         else DoneMark()
-    foreign = finish is not None and ctx.query_id is not None and finish.query_id != ctx.query_id
-    return RecoveryPlan(finish, fence, mark, only_if_started=foreign and finish.progress is not None)
+    # A decision of another query (its checkpoint was lost) that carries the progress.
+    foreign = (finish is not None and ctx.query_id is not None and finish.query_id != ctx.query_id
+               and finish.progress is not None)
+    return RecoveryPlan(finish, fence, mark, only_if_started=foreign)
 
 
 @dataclass(frozen=True)

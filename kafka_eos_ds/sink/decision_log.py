@@ -18,7 +18,7 @@ import zlib
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import redact, short_lived
+from kafka_eos_ds.kafka.config import logged, redact, short_lived
 from kafka_eos_ds.twophase.protocol import Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
@@ -48,7 +48,7 @@ class KafkaDecisionLog:
         self._conf = short_lived({k: v for k, v in conf.items() if k in _COMMON or k.startswith(("ssl.", "sasl."))})
         self.topic = topic
         self.key = key
-        self._producer = None
+        self._producer: Any = None
         self._partition: Optional[int] = None
 
     # -- topic --------------------------------------------------------------
@@ -63,7 +63,7 @@ class KafkaDecisionLog:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient(dict(self._conf))
+        admin = AdminClient(logged(self._conf))
         try:
             md = metadata if metadata is not None else admin.list_topics(timeout=15)
             existing = md.topics.get(self.topic)
@@ -103,17 +103,21 @@ class KafkaDecisionLog:
         partition = self.ensure_topic()
         if self._producer is None:
             # acks=all and one record in flight, flushed before returning: decisions land
-            # in order. A retried send may store a record twice; the copies are equal and
-            # readers take the latest, so idempotence (whose producer-id handshake cost
-            # ~0.5 s per commit, measured) is not needed.
-            self._producer = Producer({**self._conf, "acks": "all", "linger.ms": 0,
-                                       "max.in.flight.requests.per.connection": 1,
-                                       "client.id": "kafka-eos-commit-log"})
+            # in order. A retried send may store a copy twice, and readers take the latest,
+            # so idempotence is not needed (docs/decisions.md, "Commit-log writes").
+            self._producer = Producer(logged({**self._conf, "acks": "all", "linger.ms": 0,
+                                              "max.in.flight.requests.per.connection": 1,
+                                              "client.id": "kafka-eos-commit-log"}))
         errors: list = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+
         value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
         try:
             self._producer.produce(self.topic, value=value, key=self.key.encode(), partition=partition,
-                                   on_delivery=lambda err, _msg: err and errors.append(err))
+                                   on_delivery=delivered)
             left = self._producer.flush(60)
         except KafkaException as exc:
             raise KafkaClientError(f"Writing the commit decision to '{self.topic}' failed: {exc}",
@@ -129,9 +133,9 @@ class KafkaDecisionLog:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         partition = self.ensure_topic()
-        consumer = Consumer({**self._conf, "group.id": "kafka-eos-commit-log-reader", "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
-                             "enable.partition.eof": True})
+        consumer = Consumer(logged({**self._conf, "group.id": "kafka-eos-commit-log-reader",
+                                    "enable.auto.commit": False, "isolation.level": "read_committed",
+                                    "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
         key = self.key.encode()
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15,

@@ -1,6 +1,6 @@
 """The pipeline: read topic IN, upper-case each value, write topic OUT, exactly once.
 
-Run as ``python -m kafka_eos_ds.demo.job --bootstrap B --input IN --output OUT
+Run as ``python -m kafka_eos_tools.demo.job --bootstrap B --input IN --output OUT
 --checkpoint DIR --prefix P [--available-now] [--shuffle]``. It is the same code a user
 writes; the demo and the chaos tests kill this process at random and start it again
 from the same checkpoint.
@@ -98,7 +98,7 @@ def progress_offsets(value) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="kafka_eos_ds.demo.job")
+    parser = argparse.ArgumentParser(prog="kafka_eos_tools.demo.job")
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)

@@ -15,7 +15,7 @@ from typing import Optional
 
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
-from kafka_eos_ds.kafka.coordinator import TxnState
+from kafka_eos_ds.kafka.coordinator import TxnState, TxnStatus
 from kafka_eos_ds.twophase.protocol import Outcome
 
 ASK_COORDINATOR = frozenset({c.INVALID_PRODUCER_EPOCH, c.PRODUCER_FENCED, c.INVALID_TXN_STATE,
@@ -44,8 +44,8 @@ def classify_described(state: Optional[TxnState], producer_id: int, epoch: int) 
         return Outcome.LOST  # bumped by a timeout abort or a fence after our transaction
     if state.producer_epoch < epoch:
         return Outcome.RETRY  # a coordinator that has not loaded the latest state yet
-    if state.state == "CompleteCommit":
+    if state.state == TxnStatus.COMPLETE_COMMIT:
         return Outcome.COMMITTED
-    if state.state in ("PrepareCommit", "Ongoing"):
+    if state.state in (TxnStatus.PREPARE_COMMIT, TxnStatus.ONGOING):
         return Outcome.RETRY
     return Outcome.LOST  # PrepareAbort, CompleteAbort, Empty, Dead, PrepareEpochFence

@@ -1,8 +1,4 @@
-"""The file sink's two ports of :mod:`kafka_eos_ds.twophase`: decisions and participants.
-
-:class:`FileDecisionLog` keeps the latest decision in ``_kafka_eos/decision.json``,
-replaced atomically (temp file, fsync, ``os.replace``, fsync of the directory), so a
-restarted driver reads either the old or the new decision, never half of one.
+"""The file sink's :class:`~kafka_eos_ds.twophase.Participants`: pending files by id.
 
 :class:`FileParticipants` treats each pending file as a participant: commit = atomic
 rename to its final name; fence = delete the id's in-progress and pending files;
@@ -11,49 +7,12 @@ open ids = the names in ``in-progress/`` and ``pending/``.
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
-from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.layout import FileId, Layout
-from kafka_eos_ds.twophase.protocol import Decision, Outcome, Participant
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink in ``path`` durable (POSIX: fsync the directory)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class FileDecisionLog:
-    """The latest commit decision of one sink directory, as a JSON file."""
-
-    def __init__(self, layout: Layout) -> None:
-        self.layout = layout
-
-    def latest(self) -> Optional[Decision]:
-        try:
-            text = self.layout.decision.read_text()
-        except FileNotFoundError:
-            return None
-        return Decision.from_json(json.loads(text))
-
-    def write(self, decision: Decision) -> None:
-        target = self.layout.decision
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        with open(temp, "w") as f:
-            json.dump(decision.to_json(), f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, target)
-        fsync_dir(target.parent)
+from kafka_eos_ds.filesink.layout import FileId, Layout, fsync_dir
+from kafka_eos_ds.twophase.protocol import Outcome, Participant
 
 
 class FileParticipants:
@@ -77,6 +36,10 @@ class FileParticipants:
             return Outcome.COMMITTED
         # Pending gone: renamed by an earlier commit (final there), or fenced (lost).
         return Outcome.COMMITTED if final_there else Outcome.LOST
+
+    def committed(self, participant: Participant) -> bool:
+        return (self.layout.resolve(participant.handle["final"]).exists()
+                and not self.layout.resolve(participant.handle["pending"]).exists())
 
     def fence(self, participant_id: str) -> None:
         for directory in (self.layout.in_progress_dir, self.layout.pending_dir):

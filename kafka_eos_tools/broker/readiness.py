@@ -6,20 +6,21 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_eos_ds.errors import BrokerError
+from kafka_eos_ds.kafka.config import logged
 
 READY_TOPIC = "_kafka_eos_ready"
 
 
 def check_transactional_write(bootstrap: str, replication: int, timeout: float = 30.0) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(logged({"bootstrap.servers": bootstrap}))
     futures = admin.create_topics([NewTopic(READY_TOPIC, 1, replication)], operation_timeout=timeout)
     try:
         futures[READY_TOPIC].result(timeout)
     except KafkaException as exc:
         if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
             raise BrokerError(f"Creating the readiness topic failed: {exc}") from exc
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "kafka-eos-readiness",
-                         "transaction.timeout.ms": 60000})
+    producer = Producer(logged({"bootstrap.servers": bootstrap, "transactional.id": "kafka-eos-readiness",
+                                "transaction.timeout.ms": 60000}))
     try:
         producer.init_transactions(timeout)
         producer.begin_transaction()

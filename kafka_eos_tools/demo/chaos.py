@@ -2,7 +2,7 @@
 or duplicated.
 
 One run: feed topic IN with records that carry unique ids, start the pipeline
-(:mod:`kafka_eos_ds.demo.job`) as its own driver process, SIGKILL it (with its JVM and
+(:mod:`kafka_eos_tools.demo.job`) as its own driver process, SIGKILL it (with its JVM and
 Python workers) at random moments and start it again from the same checkpoint, then
 let a final run drain the input (Trigger.AvailableNow) and audit OUT. A tailing
 ``read_committed`` consumer watches OUT the whole time: it must never see a duplicate
@@ -20,14 +20,20 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafka_eos_ds.audit import AuditReport, audit
-from kafka_eos_ds.demo import processes
+from kafka_eos_ds.kafka.config import logged
 from kafka_eos_ds.sink.source_progress import latest_batch
+from kafka_eos_tools.audit import AuditReport, audit
+from kafka_eos_tools.demo import processes
+
+if TYPE_CHECKING:
+    import subprocess
+
+    from kafka_eos_tools.broker.cluster import EmbeddedKafka
 
 Progress = Callable[[str, float], None]
 
@@ -37,7 +43,7 @@ Progress = Callable[[str, float], None]
 # and before Spark recorded the batch as committed (the moment an at-least-once sink
 # replays, and the one an exactly-once sink must survive between pre-commit and commit).
 # "checkpoint-lost" is that kill followed by deleting the checkpoint: the next run is a
-# new query that starts from the source's consumer group (DESIGN row 7).
+# new query that starts from the source's consumer group (crash point 7 of docs/guarantees.md).
 BOUNCES = ("driver-hard", "driver-clean", "driver-inbatch", "checkpoint-lost", "worker-hard", "broker-hard",
            "broker-clean")
 
@@ -63,7 +69,7 @@ class ChaosPlan:
     sink_format: str = "kafka_eos"
     spark_jars: Optional[str] = None
     sink_options: list[str] = field(default_factory=list)
-    cluster: Optional[object] = None  # EmbeddedKafka, needed for broker bounces
+    cluster: Optional["EmbeddedKafka"] = None  # needed for broker bounces
     broker_down_seconds: tuple[float, float] = (2.0, 8.0)
 
 
@@ -85,7 +91,7 @@ class ChaosResult:
 
 
 def create_topics(bootstrap: str, names: dict[str, int], replication: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(logged({"bootstrap.servers": bootstrap}))
     futures = admin.create_topics([NewTopic(n, p, replication) for n, p in names.items()], operation_timeout=60)
     for future in futures.values():
         future.result(90)
@@ -101,7 +107,7 @@ def seed_input(bootstrap: str, topic: str, records: int, keys: int = 64) -> None
 def _input_producer(bootstrap: str):
     from confluent_kafka import Producer
 
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    return Producer(logged({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}))
 
 
 def _produce_ids(producer, topic: str, ids: range, keys: int) -> None:
@@ -168,8 +174,8 @@ class InputFeeder(threading.Thread):
 
 def committed_end(bootstrap: str, topic: str) -> int:
     """Sum of read_committed end offsets (markers included: a progress estimate)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kafka-eos-progress",
-                         "isolation.level": "read_committed"})
+    consumer = Consumer(logged({"bootstrap.servers": bootstrap, "group.id": "kafka-eos-progress",
+                                "isolation.level": "read_committed"}))
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
@@ -190,15 +196,17 @@ class TailingReader(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"kafka-eos-tail-{uuid.uuid4().hex}",
-                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                             "enable.auto.commit": False})
+        consumer = Consumer(logged({"bootstrap.servers": self.bootstrap,
+                                    "group.id": f"kafka-eos-tail-{uuid.uuid4().hex}",
+                                    "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                                    "enable.auto.commit": False}))
         consumer.subscribe([self.topic])
         try:
             while not self.stopping.is_set():
                 for msg in consumer.consume(1000, 0.5):
-                    if msg.error() is None and msg.value() is not None:
-                        self.ids[msg.value().split(b"|", 1)[0]] += 1
+                    value = msg.value()
+                    if msg.error() is None and value is not None:
+                        self.ids[value.split(b"|", 1)[0]] += 1
         finally:
             consumer.close()
 
@@ -208,7 +216,7 @@ class TailingReader(threading.Thread):
 
 
 def _job_cmd(plan: ChaosPlan, input_topic: str, output_topic: str, available_now: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "kafka_eos_ds.demo.job", "--bootstrap", plan.bootstrap,
+    cmd = [sys.executable, "-m", "kafka_eos_tools.demo.job", "--bootstrap", plan.bootstrap,
            "--input", input_topic, "--output", output_topic,
            "--checkpoint", str(plan.workdir / "checkpoint"), "--prefix", f"demo-{output_topic}",
            "--max-offsets", str(plan.max_offsets), "--sink-format", plan.sink_format,
@@ -230,7 +238,7 @@ class _Pipeline:
 
     def __init__(self, plan: ChaosPlan, input_topic: str, output_topic: str) -> None:
         self.plan, self.input_topic, self.output_topic = plan, input_topic, output_topic
-        self.proc = None
+        self.proc: Optional[subprocess.Popen] = None
         self.runs = 0
         self.self_exits = 0
         self.killed = False
@@ -301,7 +309,9 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
     feeder.start()
     pipeline = _Pipeline(plan, input_topic, output_topic)
     # Progress: distinct ids a read_committed reader has seen so far.
-    frac = lambda: min(1.0, len(tail.ids) / max(plan.records, feeder.fed, 1))
+    def frac() -> float:
+        return min(1.0, len(tail.ids) / max(plan.records, feeder.fed, 1))
+
     done = 0
     try:
         for number, bounce in enumerate(plan.bounces, 1):
@@ -342,11 +352,11 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
 
 def _error_tail(log: Path, lines: int = 12) -> str:
     try:
-        text = [l for l in log.read_text(errors="replace").splitlines()
-                if "rdkafka" not in l and not l.lstrip().startswith("at ")]
+        text = [line for line in log.read_text(errors="replace").splitlines()
+                if "rdkafka" not in line and not line.lstrip().startswith("at ")]
     except OSError:
         return "(no log)"
-    errors = [l for l in text if "Error" in l or "Exception" in l]
+    errors = [line for line in text if "Error" in line or "Exception" in line]
     return "\n".join((errors or text)[-lines:])
 
 
@@ -373,10 +383,13 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, 
     growing while N is planned and not committed. False if the input ran out first.
     """
     checkpoint = plan.workdir / "checkpoint"
-    watcher = Consumer({"bootstrap.servers": plan.bootstrap, "group.id": "kafka-eos-chaos-watch",
-                        "isolation.level": "read_uncommitted"})
+    watcher = Consumer(logged({"bootstrap.servers": plan.bootstrap, "group.id": "kafka-eos-chaos-watch",
+                               "isolation.level": "read_uncommitted"}))
     parts = [TopicPartition(output_topic, p) for p in range(plan.output_partitions)]
-    high = lambda: sum(watcher.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in parts)
+
+    def high() -> int:
+        return sum(watcher.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in parts)
+
     deadline = time.monotonic() + plan.run_timeout
     watching = (-1, 0)  # (batch in flight, OUT's high watermark when it was first seen)
     try:
@@ -395,7 +408,8 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, 
             time.sleep(0.02)
     finally:
         watcher.close()
-    raise TimeoutError(f"no batch was caught in flight within {plan.run_timeout:.0f}s; see {pipeline.log(pipeline.runs)}")
+    raise TimeoutError(f"no batch was caught in flight within {plan.run_timeout:.0f}s; "
+                       f"see {pipeline.log(pipeline.runs)}")
 
 
 def _bounce(plan: ChaosPlan, pipeline: _Pipeline, bounce: str, rng: random.Random) -> None:

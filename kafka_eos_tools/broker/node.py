@@ -100,16 +100,15 @@ def format_storage(node: Node, classpath: str, cluster_id: str) -> None:
 
 
 def start_process(node: Node, classpath: str) -> int:
-    log = open(node.log_file, "ab")
     cmd = [java_binary(), *HEAP_OPTS, "-Djava.awt.headless=true",
            "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
            "-Dorg.slf4j.simpleLogger.showDateTime=true",
            "-cp", classpath, "kafka.Kafka", str(node.path / "server.properties")]
     # Own session: a Ctrl-C or a test killing its process group leaves the broker to
     # be stopped deliberately, by pid, through stop()/kill().
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    log.close()
+    with open(node.log_file, "ab") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
     node.pid = proc.pid
     (node.path / "pid").write_text(str(proc.pid))
     return proc.pid
@@ -142,7 +141,7 @@ def reap(pid: int) -> None:
 def stop_process(node: Node, timeout: float = 20.0) -> None:
     """SIGTERM (controlled shutdown), then SIGKILL if it does not exit in time."""
     pid = node.pid
-    if not is_alive(pid):
+    if pid is None or not is_alive(pid):
         node.pid = None
         return
     os.kill(pid, signal.SIGTERM)
@@ -158,7 +157,7 @@ def stop_process(node: Node, timeout: float = 20.0) -> None:
 
 def kill_process(node: Node) -> None:
     pid = node.pid
-    if is_alive(pid):
+    if pid is not None and is_alive(pid):
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while is_alive(pid) and time.monotonic() < deadline:

@@ -67,11 +67,9 @@ def is_python_worker(pid: int) -> bool:
 
 
 def start(cmd: Sequence[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
-    log = open(log_path, "ab")
-    proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
-    log.close()
-    return proc
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
 
 
 def wait_gone(pids: Sequence[int], timeout: float = 30.0) -> None:

@@ -15,8 +15,9 @@ import time
 import uuid
 from pathlib import Path
 
-from kafka_eos_ds.broker import distribution, maven
-from kafka_eos_ds.broker.node import (
+from kafka_eos_ds.errors import BrokerError
+from kafka_eos_tools.broker import distribution, maven
+from kafka_eos_tools.broker.node import (
     Node,
     format_storage,
     is_alive,
@@ -26,7 +27,6 @@ from kafka_eos_ds.broker.node import (
     start_process,
     stop_process,
 )
-from kafka_eos_ds.errors import BrokerError
 
 STATE_FILE = "cluster.json"
 
@@ -89,7 +89,7 @@ class EmbeddedKafka:
         tmp.replace(self.state_path)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "EmbeddedKafka":
+    def load(cls, directory: str | Path) -> EmbeddedKafka:
         path = Path(directory).resolve() / STATE_FILE
         if not path.exists():
             raise BrokerError(f"No embedded Kafka was started in {path.parent} (no {STATE_FILE}).")
@@ -163,7 +163,7 @@ class EmbeddedKafka:
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Wait until every node listens and a transactional write commits."""
-        from kafka_eos_ds.broker.readiness import check_transactional_write
+        from kafka_eos_tools.broker.readiness import check_transactional_write
 
         deadline = time.monotonic() + timeout
         for node in self.nodes:
@@ -230,7 +230,7 @@ class EmbeddedKafka:
                 return node
         raise BrokerError(f"No node {node_id} in this cluster (nodes: {[n.node_id for n in self.nodes]}).")
 
-    def __enter__(self) -> "EmbeddedKafka":
+    def __enter__(self) -> EmbeddedKafka:
         self.start()
         return self
 

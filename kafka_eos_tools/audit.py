@@ -23,6 +23,7 @@ from typing import Iterable, Iterator, Optional
 from confluent_kafka import Consumer, TopicPartition
 
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka.config import logged
 
 
 @dataclass
@@ -101,10 +102,10 @@ def _settled_ends(conf: dict, topic: str, partitions: list, settle: float) -> di
     seconds) until no partition holds back its last stable offset keeps an audit run right
     after a pipeline finished from counting those records as lost. A transaction still
     open after that (a leftover) is audited as it is: invisible."""
-    committed = Consumer({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
-                          "isolation.level": "read_committed"})
-    uncommitted = Consumer({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
-                            "isolation.level": "read_uncommitted"})
+    committed = Consumer(logged({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
+                                 "isolation.level": "read_committed"}))
+    uncommitted = Consumer(logged({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
+                                   "isolation.level": "read_uncommitted"}))
     try:
         deadline = time.monotonic() + settle
         while True:
@@ -122,9 +123,9 @@ def _settled_ends(conf: dict, topic: str, partitions: list, settle: float) -> di
 
 def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: float = 15.0) -> Iterator[_Rec]:
     """Every record visible to read_committed, partition by partition (see _settled_ends)."""
-    consumer = Consumer({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+    consumer = Consumer(logged({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
+                                "isolation.level": "read_committed", "enable.auto.commit": False,
+                                "auto.offset.reset": "earliest"}))
     try:
         meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
         if meta is None or meta.error is not None:
@@ -138,8 +139,9 @@ def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"audit: could not read {topic} partitions {sorted(pending)} to the end")
             for msg in consumer.consume(5000, 0.5):
-                if msg.error() is None and msg.offset() < ends[msg.partition()]:
-                    yield _Rec(msg.partition(), msg.offset(), msg.key(), extract(msg))
+                part, offset = msg.partition(), msg.offset()
+                if msg.error() is None and part is not None and offset is not None and offset < ends[part]:
+                    yield _Rec(part, offset, msg.key(), extract(msg))
             # Under read_committed the last offsets can be markers; position tells.
             for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
                 if tp.offset >= ends[tp.partition]:

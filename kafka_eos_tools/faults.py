@@ -1,0 +1,82 @@
+"""Crash tests' faults at the protocol's named points (:mod:`kafka_eos_ds.twophase.faults`).
+
+``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][:action]"``, several separated
+by ``,``. Actions: ``kill`` (default: SIGKILL this process; at ``driver-*`` points also
+the JVM driver's process group, so start the driver in its own session), ``exit``
+(``os._exit(1)``), ``raise``. ``commit-raise`` raises by default.
+
+:func:`environment` gives the variables that switch this on in a Spark driver process
+and all its workers (the product loads :func:`inject` through ``KAFKA_EOS_FAULT_HOOK``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from typing import Optional
+
+from kafka_eos_ds.twophase.faults import HOOK_ENV
+
+_SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(:(?P<action>\w+))?$")
+ENV = "KAFKA_EOS_FAULT"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a ``raise`` fault."""
+
+
+def environment(spec: str) -> dict[str, str]:
+    """The environment variables that inject ``spec`` into a process and its children."""
+    return {ENV: spec, HOOK_ENV: f"{__name__}:inject"}
+
+
+def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] = None,
+           attempt: Optional[int] = None) -> None:
+    """The hook: act on every fault of ``$KAFKA_EOS_FAULT`` that matches this point."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    for item in spec.split(","):
+        m = _SPEC.match(item.strip())
+        if not m or m["point"] != point:
+            continue
+        if m["batch"] is not None and (batch is None or int(m["batch"]) != int(batch)):
+            continue
+        if m["part"] is not None and (partition is None or int(m["part"]) != int(partition)):
+            continue
+        if m["attempt"] is not None and (attempt is None or int(m["attempt"]) != int(attempt)):
+            continue
+        _act(point, m["action"] or ("raise" if point == "commit-raise" else "kill"))
+
+
+def _act(point: str, action: str) -> None:
+    if action == "raise":
+        raise InjectedFault(f"injected fault at {point}")
+    if action == "exit":
+        os._exit(1)
+    if point.startswith("driver-"):
+        # The driver's Python workers are children of the JVM (and PySpark's worker
+        # daemon makes its own process group); killing only this worker would look like
+        # a failed call, not a driver crash. Kill the JVM's process group.
+        jvm = _ancestor_jvm()
+        if jvm is not None:
+            os.killpg(os.getpgid(jvm), signal.SIGKILL)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _ancestor_jvm() -> Optional[int]:
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                exe = f.read().split(b"\0", 1)[0]
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return None
+        if exe.endswith(b"java"):
+            return pid
+        pid = parent
+    return None
