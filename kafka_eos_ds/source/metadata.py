@@ -15,7 +15,7 @@ from typing import Iterable, Optional
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.config import logged, redact
 from kafka_eos_ds.source.offsets import Offsets, TopicPartitionKey
-from kafka_eos_ds.source.options import SourceOptions
+from kafka_eos_ds.source.options import SourceOptions, SubscriptionKind
 
 _TIMEOUT_S = 30.0
 
@@ -69,13 +69,13 @@ class KafkaMetadata:
         for name, meta in topics.items():
             if meta.error is not None:
                 continue
-            if sub.kind == "subscribe" and name not in sub.topics:
+            if sub.kind is SubscriptionKind.SUBSCRIBE and name not in sub.topics:
                 continue
             matches = self._pattern is not None and self._pattern.fullmatch(name)
-            if sub.kind == "subscribePattern" and (name.startswith("__") or not matches):
+            if sub.kind is SubscriptionKind.PATTERN and (name.startswith("__") or not matches):
                 continue
             found.update((name, p) for p in meta.partitions)
-        if sub.kind == "assign":
+        if sub.kind is SubscriptionKind.ASSIGN:
             found &= set(sub.assigned)
         return found
 

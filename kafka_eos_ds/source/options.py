@@ -8,6 +8,7 @@ the option and the fix, raised on the driver before any task runs.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -34,24 +35,42 @@ OWNED_KAFKA_KEYS = {
 
 DEFAULT_GROUP_ID_PREFIX = "kafka-eos-source"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
-_SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
 _UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class SubscriptionKind(str, enum.Enum):
+    """How the topics are named; the value is the option that names them."""
+
+    SUBSCRIBE = "subscribe"
+    PATTERN = "subscribePattern"
+    ASSIGN = "assign"
+
+
+class Position(str, enum.Enum):
+    """Where a range starts or ends."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    GROUP = "group"            # the consumer group's committed offsets
+    OFFSETS = "offsets"        # explicit offsets per partition (may hold -2/-1)
+    TIMESTAMP = "timestamp"    # one epoch-ms for every partition
+    TIMESTAMPS = "timestamps"  # epoch-ms per partition
 
 
 @dataclass(frozen=True)
 class Subscription:
     """What to read: a topic list, a topic regex, or fixed topic-partitions."""
 
-    kind: str  # "subscribe" | "subscribePattern" | "assign"
+    kind: SubscriptionKind
     topics: tuple[str, ...] = ()
     pattern: Optional[str] = None
     assigned: tuple[tuple[str, int], ...] = ()
 
     def describe(self) -> str:
-        if self.kind == "subscribe":
+        if self.kind is SubscriptionKind.SUBSCRIBE:
             return "subscribe=" + ",".join(sorted(self.topics))
-        if self.kind == "subscribePattern":
+        if self.kind is SubscriptionKind.PATTERN:
             return f"subscribePattern={self.pattern}"
         return "assign=" + offsets_json.dumps({tp: 0 for tp in self.assigned})
 
@@ -60,9 +79,9 @@ class Subscription:
 class OffsetSpec:
     """Where a range starts or ends: a named position, explicit offsets, or timestamps."""
 
-    kind: str  # "earliest" | "latest" | "group" | "offsets" | "timestamp" | "timestamps"
-    offsets: Offsets = field(default_factory=dict)  # kind "offsets" (may hold -2/-1) or "timestamps"
-    timestamp: Optional[int] = None  # kind "timestamp": one epoch-ms for every partition
+    kind: Position
+    offsets: Offsets = field(default_factory=dict)  # OFFSETS (may hold -2/-1) or TIMESTAMPS
+    timestamp: Optional[int] = None  # TIMESTAMP: one epoch-ms for every partition
     # What to do when no record has a timestamp >= the one asked for: "error" or "latest".
     strategy: str = "error"
 
@@ -142,19 +161,19 @@ def _client_conf(opts: Options) -> dict[str, str]:
 
 
 def _subscription(opts: Options) -> Subscription:
-    given = [name for name in _SUBSCRIPTIONS if name in opts]
+    given = [kind for kind in SubscriptionKind if kind.value in opts]
     if len(given) != 1:
-        what = "none" if not given else ", ".join(given)
+        what = "none" if not given else ", ".join(kind.value for kind in given)
         raise ConfigError("Exactly one of the options 'subscribe', 'subscribePattern', 'assign' must be "
                           f"set (got {what}): e.g. .option('subscribe', 'topicA,topicB').")
     kind = given[0]
-    value = (opts.get(kind) or "").strip()
-    if kind == "subscribe":
+    value = (opts.get(kind.value) or "").strip()
+    if kind is SubscriptionKind.SUBSCRIBE:
         topics = tuple(sorted({t.strip() for t in value.split(",") if t.strip()}))
         if not topics:
             raise ConfigError("Option 'subscribe' must list at least one topic, e.g. 'topicA,topicB'.")
         return Subscription(kind, topics=topics)
-    if kind == "subscribePattern":
+    if kind is SubscriptionKind.PATTERN:
         if not value:
             raise ConfigError("Option 'subscribePattern' must be a non-empty Java/Python regex, e.g. 'orders-.*'.")
         try:
@@ -191,11 +210,11 @@ def _starting(opts: Options, streaming: bool) -> OffsetSpec:
     # timestamps, then offsets.
     if "startingTimestamp" in opts:
         stamp = opts.get_int("startingTimestamp", minimum=0)
-        return OffsetSpec("timestamp", timestamp=stamp, strategy=_strategy(opts))
+        return OffsetSpec(Position.TIMESTAMP, timestamp=stamp, strategy=_strategy(opts))
     if "startingOffsetsByTimestamp" in opts:
         stamps = offsets_json.parse_timestamps("startingOffsetsByTimestamp",
                                                opts.get("startingOffsetsByTimestamp") or "")
-        return OffsetSpec("timestamps", offsets=stamps, strategy=_strategy(opts))
+        return OffsetSpec(Position.TIMESTAMPS, offsets=stamps, strategy=_strategy(opts))
     default = "latest" if streaming else "earliest"
     text = (opts.get("startingOffsets") or default).strip()
     lowered = text.lower()
@@ -203,9 +222,9 @@ def _starting(opts: Options, streaming: bool) -> OffsetSpec:
         if lowered == "latest" and not streaming:
             raise ConfigError("Option 'startingOffsets' cannot be 'latest' for a batch read (it would read "
                               "nothing); use 'earliest', 'group' or JSON offsets.")
-        return OffsetSpec(lowered)
+        return OffsetSpec(Position(lowered))
     offsets = offsets_json.parse_option("startingOffsets", text, allow_latest=streaming)
-    return OffsetSpec("offsets", offsets=offsets)
+    return OffsetSpec(Position.OFFSETS, offsets=offsets)
 
 
 def _ending(opts: Options, streaming: bool) -> OffsetSpec:
@@ -216,18 +235,18 @@ def _ending(opts: Options, streaming: bool) -> OffsetSpec:
                 raise ConfigError(f"Option '{name}' is for batch reads (spark.read) only; a streaming "
                                   "query reads until it is stopped (use Trigger.AvailableNow to stop at "
                                   "the offsets available at start).")
-        return OffsetSpec("latest")
+        return OffsetSpec(Position.LATEST)
     if "endingTimestamp" in opts:
-        return OffsetSpec("timestamp", timestamp=opts.get_int("endingTimestamp", minimum=0), strategy="latest")
+        return OffsetSpec(Position.TIMESTAMP, timestamp=opts.get_int("endingTimestamp", minimum=0), strategy="latest")
     if "endingOffsetsByTimestamp" in opts:
         stamps = offsets_json.parse_timestamps("endingOffsetsByTimestamp", opts.get("endingOffsetsByTimestamp") or "")
-        return OffsetSpec("timestamps", offsets=stamps, strategy="latest")
+        return OffsetSpec(Position.TIMESTAMPS, offsets=stamps, strategy="latest")
     text = (opts.get("endingOffsets") or "latest").strip()
     if text.lower() == "latest":
-        return OffsetSpec("latest")
+        return OffsetSpec(Position.LATEST)
     if text.lower() in ("earliest", "group"):
         raise ConfigError(f"Option 'endingOffsets' cannot be {text!r}; use 'latest' or JSON offsets.")
-    return OffsetSpec("offsets", offsets=offsets_json.parse_option("endingOffsets", text, allow_earliest=False))
+    return OffsetSpec(Position.OFFSETS, offsets=offsets_json.parse_option("endingOffsets", text, allow_earliest=False))
 
 
 def _duration_ms(opts: Options, name: str, default: int) -> int:

@@ -14,31 +14,31 @@ from typing import Iterable
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.source.metadata import KafkaMetadata
 from kafka_eos_ds.source.offsets import EARLIEST, LATEST, Offsets, TopicPartitionKey
-from kafka_eos_ds.source.options import OffsetSpec
+from kafka_eos_ds.source.options import OffsetSpec, Position
 
 
 def resolve(spec: OffsetSpec, partitions: Iterable[TopicPartitionKey], metadata: KafkaMetadata,
             option: str) -> Offsets:
     """Offsets for ``partitions`` as ``spec`` (from option ``option``) says."""
     tps = set(partitions)
-    if spec.kind == "earliest":
+    if spec.kind is Position.EARLIEST:
         return metadata.earliest(tps)
-    if spec.kind == "latest":
+    if spec.kind is Position.LATEST:
         return metadata.latest(tps)
-    if spec.kind == "group":
+    if spec.kind is Position.GROUP:
         committed = metadata.committed(tps)
         missing = {tp for tp, off in committed.items() if off is None} | (tps - set(committed))
         earliest = metadata.earliest(missing)
         return {tp: (c if (c := committed.get(tp)) is not None else earliest[tp]) for tp in tps}
-    if spec.kind == "offsets":
+    if spec.kind is Position.OFFSETS:
         _same_partitions(option, set(spec.offsets), tps)
         wanted = dict(spec.offsets)
         earliest = metadata.earliest(tp for tp, off in wanted.items() if off == EARLIEST)
         latest = metadata.latest(tp for tp, off in wanted.items() if off == LATEST)
         return {tp: earliest.get(tp, latest.get(tp, off)) if off < 0 else off for tp, off in wanted.items()}
-    if spec.kind == "timestamp":
+    if spec.kind is Position.TIMESTAMP:
         return _by_time({tp: spec.timestamp for tp in tps}, spec.strategy, metadata, option)
-    if spec.kind == "timestamps":
+    if spec.kind is Position.TIMESTAMPS:
         _same_partitions(option, set(spec.offsets), tps)
         return _by_time(dict(spec.offsets), spec.strategy, metadata, option)
     raise ConfigError(f"Option '{option}': unknown position kind {spec.kind!r}.")
