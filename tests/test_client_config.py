@@ -372,3 +372,35 @@ def test_librdkafka_logs_go_to_python_logging():
     conf = logged({"bootstrap.servers": "h:9092"})
     assert conf == {"bootstrap.servers": "h:9092", "logger": LIBRDKAFKA_LOGGER}
     assert LIBRDKAFKA_LOGGER.name == "kafka_eos_ds.librdkafka"
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+
+def test_properties_files_are_read_as_java_reads_them(tmp_path):
+    from kafka_eos_ds.kafka.java_settings import read_properties
+
+    path = tmp_path / "client.properties"
+    path.write_text("# a comment\n! another\nsecurity.protocol=SASL_SSL\nsasl.mechanism : SCRAM-SHA-256\n"
+                    f"sasl.jaas.config={SCRAM} required \\\n    username=\"u\" \\\n    password=\"p\";\n"
+                    "ssl.endpoint.identification.algorithm=\n")
+    assert read_properties(str(path)) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.jaas.config": f'{SCRAM} required username="u" password="p";',
+        "ssl.endpoint.identification.algorithm": ""}
+
+
+def test_the_transactions_cli_takes_x_settings_and_a_command_config(tmp_path, monkeypatch):
+    import kafka_eos_ds.sink as sink
+    from kafka_eos_ds import cli
+
+    path = tmp_path / "client.properties"
+    path.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                    f"sasl.jaas.config={PLAIN} required username=\"u\" password=\"p\";\n")
+    seen = []
+    monkeypatch.setattr(sink, "list_transactions", lambda conf, prefix: seen.append(dict(conf)) or [])
+    assert cli.main(["transactions", "list", "--bootstrap", "h:1", "--prefix", "etl", "--command-config",
+                     str(path), "-X", "client.id=ops", "-X", "socket.timeout.ms=5000"]) == 0
+    assert seen == [{"bootstrap.servers": "h:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                     "sasl.username": "u", "sasl.password": "p", "client.id": "ops", "socket.timeout.ms": "5000"}]
+    assert cli.main(["transactions", "list", "--bootstrap", "h:1", "--prefix", "etl", "-X", "bogus.key=1"]) == 2

@@ -250,3 +250,17 @@ def test_the_coordinator_client_takes_the_users_client_id(monkeypatch):
     c.TransactionCoordinator({"bootstrap.servers": "b:9092", "client.id": "mine"})
     c.TransactionCoordinator({"bootstrap.servers": "b:9092"})
     assert [b["client_id"] for b in built] == ["mine", "kafka-eos-coordinator"]
+
+
+@pytest.mark.parametrize("acks, retries", [("1", "3"), ("0", "0"), ("all", "0")])
+def test_at_least_once_task_producer_starts_with_the_builtin_acks_and_retries(acks, retries):
+    """The task producer once always enabled idempotence, which librdkafka refuses with
+    acks other than all (or retries 0): every task of such a query failed."""
+    from kafka_eos_ds.sink.task_writer import _PartitionWriter
+
+    cfg = SinkConfig.from_options({**OPTS, "kafka.bootstrap.servers": "127.0.0.1:1", "deliveryGuarantee":
+                                   "at_least_once", "kafka.acks": acks, "kafka.retries": retries}, SCHEMA)
+    writer = _PartitionWriter(cfg, 0, 0)
+    writer._open()  # no transaction: nothing connects yet
+    assert writer.producer is not None
+    writer.producer = None

@@ -352,3 +352,33 @@ def _endpoint_identification(out: dict[str, str]) -> None:
         if k.lower() == "ssl.endpoint.identification.algorithm":
             value = out[k].strip().lower()
             out[k] = value or "none"
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java properties file (Kafka tools' ``--command-config``): ``key=value``,
+    ``key: value`` or ``key value`` lines, ``#``/``!`` comments, a trailing backslash
+    continuing a line, backslash escapes."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"Cannot read the client settings file {path!r}: {exc.strerror}.") from None
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in lines:
+        line = pending + (raw.lstrip() if pending else raw.strip())
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:  # an odd number of trailing backslashes
+            pending = line[:-1]
+            continue
+        pending = ""
+        split = re.match(r"((?:[^\\=:\s]|\\.)+)\s*[=:\s]\s*(.*)$", line)
+        key, value = (split.group(1), split.group(2)) if split else (line, "")
+        out[_unescape(key)] = _unescape(value)
+    return out
+
+
+def _unescape(text: str) -> str:
+    named = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    return re.sub(r"\\(.)", lambda m: named.get(m.group(1), m.group(1)), text)
