@@ -404,3 +404,40 @@ def test_the_transactions_cli_takes_x_settings_and_a_command_config(tmp_path, mo
     assert seen == [{"bootstrap.servers": "h:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
                      "sasl.username": "u", "sasl.password": "p", "client.id": "ops", "socket.timeout.ms": "5000"}]
     assert cli.main(["transactions", "list", "--bootstrap", "h:1", "--prefix", "etl", "-X", "bogus.key=1"]) == 2
+
+
+def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
+    """A TLS client against a listener that does not speak TLS: the driver's metadata call
+    only times out, the reason reaches librdkafka's error callback."""
+    import socket
+    import threading
+
+    from kafka_eos_ds.sink import driver
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(30)
+
+    def answer_in_plain_text():
+        try:
+            while True:
+                conn, _ = server.accept()
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 8)
+                conn.close()
+        except OSError:
+            return  # the server socket was closed
+
+    threading.Thread(target=answer_in_plain_text, daemon=True).start()
+
+    class Config:
+        producer = ClientParams({"bootstrap.servers": f"127.0.0.1:{server.getsockname()[1]}",
+                                 "security.protocol": "SSL"})
+
+    try:
+        with pytest.raises(KafkaClientError) as failure:
+            driver.cluster_metadata(Config())  # type: ignore[arg-type]
+    finally:
+        server.close()
+    assert "TLS handshake failed" in str(failure.value) and "reach" not in str(failure.value)
+    assert not failure.value.retriable

@@ -175,9 +175,12 @@ def _auth_kind(err: Any) -> Optional[str]:
     from confluent_kafka import KafkaError
 
     code = err.code() if hasattr(err, "code") else None
+    text = err.str() if hasattr(err, "str") else ""
     if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
         return "authentication"
-    if code == KafkaError._SSL:
+    # A failed TLS handshake reaches the error callback as a transport error.
+    if code == KafkaError._SSL or (code == KafkaError._TRANSPORT and ("SSL handshake failed" in text
+                                                                       or "certificate verify failed" in text)):
         return "tls"
     if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
                 KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -196,13 +199,21 @@ _FIX = {
 }
 
 
-def client_error(what: str, exc: BaseException, conf: Optional[Mapping[str, Any]] = None) -> KafkaEosError:
+def client_error(what: str, exc: BaseException, conf: Optional[Mapping[str, Any]] = None,
+                 client: Any = None) -> KafkaEosError:
     """The project error for a failed client call ``what`` (confluent-kafka or kafka-python).
 
     Authentication, TLS and authorization failures are not retriable and say which
-    settings to check; only a broker that does not answer is "cannot reach"."""
+    settings to check; only a broker that does not answer is "cannot reach". ``client``
+    (a producer or admin client) is polled once first: librdkafka hands the error that
+    explains a failed call to the error callback only when the client is polled."""
     if isinstance(exc, KafkaEosError):
         return exc
+    if client is not None and hasattr(client, "poll"):
+        try:
+            client.poll(0)
+        except Exception:  # the explanation is optional; the call's own error stands
+            pass
     err = exc.args[0] if exc.args else None
     kind = _auth_kind(err) if err is not None and hasattr(err, "code") else _kafka_python_kind(exc)
     watch = (conf or {}).get("error_cb")

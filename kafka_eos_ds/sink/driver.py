@@ -120,8 +120,9 @@ def cluster_metadata(config: SinkConfig) -> Any:
     from confluent_kafka.admin import AdminClient
 
     conf = client_config(config.producer, "sink_metadata")
+    admin = AdminClient(conf)
     try:
         # All topics, not the one topic: a metadata request naming it could auto-create it.
-        return AdminClient(conf).list_topics(timeout=15)
+        return admin.list_topics(timeout=15)
     except KafkaException as exc:
-        raise client_error("read the cluster's topics", exc, conf) from exc
+        raise client_error("read the cluster's topics", exc, conf, admin) from exc

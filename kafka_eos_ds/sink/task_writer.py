@@ -100,7 +100,7 @@ class _PartitionWriter:
                 self.producer.init_transactions(60)
                 self.producer.begin_transaction()
         except KafkaException as exc:
-            raise _translate(exc, self.config, conf=self.conf) from exc
+            raise _translate(exc, self.config, conf=self.conf, producer=self.producer) from exc
 
     def _connect(self) -> None:
         """Bring a broker connection up before init_transactions(), so its coordinator
@@ -183,7 +183,7 @@ class _PartitionWriter:
                 # The local queue is full: serve delivery reports until there is room.
                 self.producer.poll(0.05)
             except KafkaException as exc:
-                raise _translate(exc, self.config, topic, self.conf) from exc
+                raise _translate(exc, self.config, topic, self.conf, self.producer) from exc
 
     def _write_arrow(self, batch: Any) -> None:
         n = batch.num_rows
@@ -237,7 +237,8 @@ def _immutable(data: Any) -> Any:
     return bytes(data) if isinstance(data, bytearray) else data
 
 
-def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None, conf: Any = None) -> Exception:
+def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None, conf: Any = None,
+               producer: Any = None) -> Exception:
     from confluent_kafka import KafkaError
 
     err: Any = exc.args[0] if exc.args else None
@@ -252,7 +253,7 @@ def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None, conf: 
         return _too_large(topic, config)
     if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
         return ConfigError(f"Topic {topic!r} does not exist; create it first (option 'topic' / column 'topic').")
-    return client_error("Kafka producer", exc, conf or config.producer)
+    return client_error("Kafka producer", exc, conf or config.producer, producer)
 
 
 def _too_large(topic: Optional[str], config: SinkConfig) -> Exception:

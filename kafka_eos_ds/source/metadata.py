@@ -72,7 +72,7 @@ class KafkaMetadata:
         try:
             topics = self.admin().list_topics(timeout=_TIMEOUT_S).topics
         except Exception as exc:
-            raise client_error("list topics", exc, self._admin_conf) from exc
+            raise client_error("list topics", exc, self._admin_conf, self._admin) from exc
         found: set[TopicPartitionKey] = set()
         for name, meta in topics.items():
             if meta.error is not None:
@@ -133,7 +133,7 @@ class KafkaMetadata:
             futures = self.admin().list_offsets(request, isolation_level=isolation, request_timeout=_TIMEOUT_S)
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
         except Exception as exc:
-            raise client_error("list offsets", exc, self._admin_conf) from exc
+            raise client_error("list offsets", exc, self._admin_conf, self._admin) from exc
 
 
 def _client(factory, conf: dict):
