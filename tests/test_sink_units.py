@@ -264,3 +264,13 @@ def test_at_least_once_task_producer_starts_with_the_builtin_acks_and_retries(ac
     writer._open()  # no transaction: nothing connects yet
     assert writer.producer is not None
     writer.producer = None
+
+
+def test_settings_the_coordinator_client_cannot_use_are_refused_with_the_options():
+    opts = {**OPTS, "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "OAUTHBEARER",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                                      "required unsecuredLoginStringClaim_sub=\"alice\";"}
+    with pytest.raises(ConfigError, match="OAUTHBEARER without 'kafka.sasl.oauthbearer.method=oidc'"):
+        SinkConfig.from_options(opts, SCHEMA)
+    SinkConfig.from_options({**opts, "deliveryGuarantee": "at_least_once"}, SCHEMA)  # no coordinator client
+

@@ -138,8 +138,8 @@ def check_settings(params: Mapping[str, Any], role: str = "producer") -> None:
         _build(factory, conf)
     except (KafkaException, ValueError, TypeError) as exc:
         text = _hide_values(str(exc.args[0].str() if isinstance(exc, KafkaException) else exc), params)
-        raise ConfigError(f"Kafka option {_culprit(factory, conf)} was refused by librdkafka: {text}. "
-                          "Fix or remove it.") from None
+        culprit = "'kafka.sasl.mechanism'" if "SASL mechanism" in text else _culprit(factory, conf)
+        raise ConfigError(f"Kafka option {culprit} was refused by librdkafka: {text}. Fix or remove it.") from None
 
 
 def _build(factory: Any, conf: Mapping[str, Any]) -> None:

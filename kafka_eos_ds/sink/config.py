@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka.client_settings import check_settings
+from kafka_eos_ds.kafka.client_settings import check_settings, to_kafka_python
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC
@@ -100,6 +100,8 @@ class SinkConfig:
         check_settings({**producer, "enable.idempotence": idempotent, **(
             {"transactional.id": "kafka-eos-settings-check", "transaction.timeout.ms": timeout}
             if guarantee == EXACTLY_ONCE else {})}, "producer")
+        if guarantee == EXACTLY_ONCE:
+            to_kafka_python(producer)  # the coordinator client's settings: refused now, not at the first batch
         topic = opts.get("topic")
         topic = topic.strip() if topic and topic.strip() else None
         columns = check_columns(schema, topic)
