@@ -8,6 +8,8 @@ microseconds, headers as JSON) so both sides compare as plain values.
 
     python -m integration.builtin_rows SPEC.json OUT.json
     SPEC = [{"options": {...}}, ...]   # batch reads of format("kafka")
+    an entry {"write": [[key, value], ...], "options": {...}} is a batch write instead
+    (its result is an empty list)
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def main(spec_path: str, out_path: str) -> None:
         results = []
         for read in json.load(open(spec_path)):
             options = read["options"]
+            if "write" in read:
+                spark.createDataFrame(read["write"], "key string, value string").write.format("kafka") \
+                    .options(**options).mode("append").save()
+                results.append([])
+                continue
             df = spark.read.format("kafka").options(**options).load()
             headers = str(options.get("includeHeaders", "false")).lower() == "true"
             results.append([list(r) for r in normalized(df, headers)])

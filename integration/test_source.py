@@ -235,7 +235,8 @@ def test_restart_resumes_at_next_offset_and_group_follows(spark, kafka, new_topi
 def test_starting_offsets_group_resumes_from_committed(spark, kafka, new_topic, tmp_path):
     topic = new_topic(partitions=1)
     produce(kafka.bootstrap, topic, [f"{i}|x".encode() for i in range(10)])
-    opts = {"kafka.group.id": f"lag-{topic}", "startingOffsets": "group"}
+    # A group the user names gets lag commits only when asked (commitOffsetsToGroup).
+    opts = {"kafka.group.id": f"lag-{topic}", "startingOffsets": "group", "commitOffsetsToGroup": "true"}
     df = kafka_eos_reader(spark, kafka.bootstrap, topic, stream=True, **opts).load()
     # No committed offsets yet: falls back to earliest.
     assert len([r for b in run_available_now(df, str(tmp_path / "c1")) for r in b]) == 10

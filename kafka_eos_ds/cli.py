@@ -2,6 +2,11 @@
 see :mod:`kafka_eos_tools.cli`).
 
     kafka-eos transactions list|abort --bootstrap B --prefix P [--json]
+        [-X key=value ...] [--command-config client.properties]
+
+The client settings are those of the sink's ``kafka.*`` options, in librdkafka's or the
+Java client's spelling (``--command-config`` is a Java properties file, as Kafka's tools
+take).
 
 Each command group is one function that adds its sub-parser; errors of the package's
 exception tree are printed as one line (no traceback) with exit status 2.
@@ -27,7 +32,36 @@ def _transactions_commands(sub: "argparse._SubParsersAction[argparse.ArgumentPar
         action.add_argument("--bootstrap", required=True)
         action.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
         action.add_argument("--json", action="store_true")
+        add_client_settings(action)
         action.set_defaults(run=_transactions)
+
+
+def add_client_settings(parser: argparse.ArgumentParser) -> None:
+    """The Kafka client settings options every command that connects takes."""
+    parser.add_argument("-X", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Kafka client setting (librdkafka or Java client name), repeatable")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="a Java properties file of Kafka client settings (security etc.)")
+
+
+def client_settings(args: argparse.Namespace) -> dict:
+    """The client settings of ``args``: --bootstrap, the file, then -X (a later one wins),
+    translated and checked like the connector's ``kafka.*`` options."""
+    from kafka_eos_ds.errors import ConfigError
+    from kafka_eos_ds.kafka.client_settings import ClientParams, check_settings, translate
+    from kafka_eos_ds.kafka.java_settings import read_properties
+
+    given = {"bootstrap.servers": args.bootstrap}
+    if args.command_config:
+        given.update(read_properties(args.command_config))
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"-X takes KEY=VALUE, got {item.split('=')[0]!r}...")
+        given[key.strip()] = value
+    conf = translate(given)
+    check_settings(conf, "producer")
+    return ClientParams(conf)
 
 
 def _transactions(args: argparse.Namespace) -> int:
@@ -36,7 +70,7 @@ def _transactions(args: argparse.Namespace) -> int:
 
     from kafka_eos_ds.sink import abort_transactions, list_transactions
 
-    conf = {"bootstrap.servers": args.bootstrap}
+    conf = client_settings(args)
     found = (list_transactions if args.action == "list" else abort_transactions)(conf, args.prefix)
     if args.json:
         print(json.dumps([asdict(t) for t in found], indent=2))

@@ -65,11 +65,15 @@ class Options:
         return value
 
     def kafka_params(self, owned: Mapping[str, str] = {}) -> dict[str, str]:
-        """The ``kafka.*`` options with the prefix stripped, for the Kafka client.
+        """The ``kafka.*`` options with the prefix stripped, the Java client's settings
+        translated into librdkafka's (:mod:`kafka_eos_ds.kafka.java_settings`).
 
         ``owned`` maps Kafka client keys that the connector sets itself to the reason,
-        so the error can say why the key is refused and what to use instead.
+        so the error can say why the key is refused and what to use instead. The result
+        hides its secrets when printed.
         """
+        from kafka_eos_ds.kafka.client_settings import ClientParams, translate
+
         params: dict[str, str] = {}
         for key, value in self._raw.items():
             if not key.startswith(KAFKA_PREFIX):
@@ -84,4 +88,4 @@ class Options:
                 "Option 'kafka.bootstrap.servers' is required: the Kafka brokers to connect to, "
                 "e.g. .option('kafka.bootstrap.servers', 'host1:9092,host2:9092')."
             )
-        return params
+        return ClientParams(translate(params))

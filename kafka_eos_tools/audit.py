@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Optional
 from confluent_kafka import Consumer, TopicPartition
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka.config import logged
+from kafka_eos_ds.kafka.client_settings import client_config
 
 
 @dataclass
@@ -102,10 +102,10 @@ def _settled_ends(conf: dict, topic: str, partitions: list, settle: float) -> di
     seconds) until no partition holds back its last stable offset keeps an audit run right
     after a pipeline finished from counting those records as lost. A transaction still
     open after that (a leftover) is audited as it is: invisible."""
-    committed = Consumer(logged({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
-                                 "isolation.level": "read_committed"}))
-    uncommitted = Consumer(logged({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
-                                   "isolation.level": "read_uncommitted"}))
+    committed = Consumer(client_config(conf, "audit", **{"group.id": f"kafka-eos-audit-{time.time_ns()}",
+                                                         "isolation.level": "read_committed"}))
+    uncommitted = Consumer(client_config(conf, "audit", **{"group.id": f"kafka-eos-audit-{time.time_ns()}",
+                                                           "isolation.level": "read_uncommitted"}))
     try:
         deadline = time.monotonic() + settle
         while True:
@@ -123,9 +123,10 @@ def _settled_ends(conf: dict, topic: str, partitions: list, settle: float) -> di
 
 def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: float = 15.0) -> Iterator[_Rec]:
     """Every record visible to read_committed, partition by partition (see _settled_ends)."""
-    consumer = Consumer(logged({**conf, "group.id": f"kafka-eos-audit-{time.time_ns()}",
-                                "isolation.level": "read_committed", "enable.auto.commit": False,
-                                "auto.offset.reset": "earliest"}))
+    consumer = Consumer(client_config(conf, "audit", **{"group.id": f"kafka-eos-audit-{time.time_ns()}",
+                                                        "isolation.level": "read_committed",
+                                                        "enable.auto.commit": False,
+                                                        "auto.offset.reset": "earliest"}))
     try:
         meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
         if meta is None or meta.error is not None:

@@ -190,13 +190,14 @@ def _audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--id-from", default="value", help="value (text before the separator), key, or header:NAME")
     cmd.add_argument("--separator", default="|", help="id separator in the value (default: %(default)s)")
     cmd.add_argument("--json", action="store_true")
+    product_cli.add_client_settings(cmd)
     cmd.set_defaults(run=_audit)
 
 
 def _audit(args: argparse.Namespace) -> int:
     from kafka_eos_tools.audit import audit
 
-    report = audit({"bootstrap.servers": args.bootstrap}, args.input, args.output, args.id_from, args.separator)
+    report = audit(product_cli.client_settings(args), args.input, args.output, args.id_from, args.separator)
     print(report.to_json() if args.json else report.table())
     return 0 if report.ok else 1
 

@@ -15,7 +15,7 @@ def test_lookup_is_case_insensitive():
 
 def test_kafka_params_strip_prefix_and_keep_client_key_case():
     opts = Options({"kafka.bootstrap.servers": "h:1", "kafka.sasl.mechanism": "PLAIN", "subscribe": "t"})
-    assert opts.kafka_params() == {"bootstrap.servers": "h:1", "sasl.mechanism": "PLAIN"}
+    assert opts.kafka_params() == {"bootstrap.servers": "h:1", "sasl.mechanisms": "PLAIN"}
 
 
 def test_kafka_params_require_bootstrap_servers():

@@ -202,3 +202,75 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     assert calls[4:6] == [("produce", "out", b"v1", "k1"), ("produce", "out", b"v2", "k2")]
     assert calls[-1] == "flush" and set(calls[6:]) <= {"poll", "flush"}
     assert (msg.transactional_id, msg.producer_id, msg.epoch, msg.records) == ("etl-0-0", 42, 3, 2)
+
+
+@pytest.mark.parametrize("key, value", [("no.such.setting", "1"), ("linger.ms", "soon"), ("acks", "some")])
+def test_every_producer_setting_is_checked_by_librdkafka_on_the_driver(key, value):
+    with pytest.raises(ConfigError, match=f"'kafka.{key}'"):
+        SinkConfig.from_options({**OPTS, "deliveryGuarantee": "at_least_once", f"kafka.{key}": value}, SCHEMA)
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all", "-1"])
+@pytest.mark.parametrize("retries", ["0", "3", "2147483647"])
+def test_at_least_once_takes_the_builtin_acks_and_retries(acks, retries):
+    cfg = SinkConfig.from_options({**OPTS, "deliveryGuarantee": "at_least_once", "kafka.acks": acks,
+                                   "kafka.retries": retries}, SCHEMA)
+    assert (cfg.producer["acks"], cfg.producer["retries"]) == (acks, retries)
+
+
+def test_sink_config_prints_without_secrets():
+    cfg = SinkConfig.from_options({**OPTS, "kafka.security.protocol": "SASL_PLAINTEXT",
+                                   "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.jaas.config":
+                                   'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                   'username="u" password="hunter2";'}, SCHEMA)
+    assert cfg.producer["sasl.password"] == "hunter2"
+    assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg) and "[redacted]" in repr(cfg)
+
+
+def test_batch_overwrite_is_refused_as_in_the_builtin():
+    from kafka_eos_ds.sink.writers import KafkaBatchWriter
+
+    with pytest.raises(ConfigError, match="'overwrite'.*append"):
+        KafkaBatchWriter(SCHEMA, OPTS, overwrite=True)
+
+
+def test_the_coordinator_client_takes_the_users_client_id(monkeypatch):
+    """kafka.client.id once made the coordinator client fail with "got multiple values
+    for keyword argument 'client_id'"."""
+    import kafka.admin
+
+    built = []
+
+    class FakeAdmin:
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+
+    monkeypatch.setattr(kafka.admin, "KafkaAdminClient", FakeAdmin)
+    monkeypatch.setattr(c, "CoordinatorChannel", lambda admin: None)
+    c.TransactionCoordinator({"bootstrap.servers": "b:9092", "client.id": "mine"})
+    c.TransactionCoordinator({"bootstrap.servers": "b:9092"})
+    assert [b["client_id"] for b in built] == ["mine", "kafka-eos-coordinator"]
+
+
+@pytest.mark.parametrize("acks, retries", [("1", "3"), ("0", "0"), ("all", "0")])
+def test_at_least_once_task_producer_starts_with_the_builtin_acks_and_retries(acks, retries):
+    """The task producer once always enabled idempotence, which librdkafka refuses with
+    acks other than all (or retries 0): every task of such a query failed."""
+    from kafka_eos_ds.sink.task_writer import _PartitionWriter
+
+    cfg = SinkConfig.from_options({**OPTS, "kafka.bootstrap.servers": "127.0.0.1:1", "deliveryGuarantee":
+                                   "at_least_once", "kafka.acks": acks, "kafka.retries": retries}, SCHEMA)
+    writer = _PartitionWriter(cfg, 0, 0)
+    writer._open()  # no transaction: nothing connects yet
+    assert writer.producer is not None
+    writer.producer = None
+
+
+def test_settings_the_coordinator_client_cannot_use_are_refused_with_the_options():
+    opts = {**OPTS, "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "OAUTHBEARER",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                                      "required unsecuredLoginStringClaim_sub=\"alice\";"}
+    with pytest.raises(ConfigError, match="OAUTHBEARER without 'kafka.sasl.oauthbearer.method=oidc'"):
+        SinkConfig.from_options(opts, SCHEMA)
+    SinkConfig.from_options({**opts, "deliveryGuarantee": "at_least_once"}, SCHEMA)  # no coordinator client
+

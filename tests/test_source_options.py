@@ -143,8 +143,15 @@ def test_admission_control_options():
         stream(subscribe="a", maxOffsetsPerTrigger="5", minOffsetsPerTrigger="10")
     with pytest.raises(ConfigError, match="'maxTriggerDelay' must be a duration"):
         stream(subscribe="a", maxTriggerDelay="soon")
-    with pytest.raises(ConfigError, match="'maxOffsetsPerTrigger' applies to streaming reads only"):
-        batch(subscribe="a", maxOffsetsPerTrigger="5")
+
+
+def test_batch_reads_warn_about_and_ignore_streaming_only_options(caplog):
+    # As the built-in source: a warning, and the read goes on.
+    with caplog.at_level("WARNING", logger="kafka_eos_ds.source.options"):
+        o = batch(subscribe="a", maxOffsetsPerTrigger="5", minOffsetsPerTrigger="x", maxTriggerDelay="soon")
+    assert o.max_offsets_per_trigger is None and o.min_offsets_per_trigger is None
+    assert {n for n in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+            if n in caplog.text} == {"maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"}
 
 
 def test_admission_control_options_are_accepted_on_old_pyspark(monkeypatch):
@@ -181,9 +188,26 @@ def test_bad_booleans_and_numbers_name_the_option():
 
 
 def test_unknown_client_setting_is_a_config_error_without_secrets():
-    from kafka_eos_ds.source.metadata import KafkaMetadata
-
-    o = stream(subscribe="a", **{"kafka.sasl.jaas.config": "x", "kafka.sasl.password": "hunter2"})
+    # Refused while the options are read, on the driver, before any client connects.
+    with pytest.raises(ConfigError, match="no.such.setting") as failure:
+        stream(subscribe="a", **{"kafka.no.such.setting": "x", "kafka.sasl.password": "hunter2"})
+    assert "hunter2" not in str(failure.value)
     with pytest.raises(ConfigError, match="sasl.jaas.config") as failure:
-        KafkaMetadata(o).admin()
-    assert "hunter2" not in str(failure.value) and "[redacted]" in str(failure.value)
+        stream(subscribe="a", **{"kafka.sasl.jaas.config": "x hunter2"})
+    assert "hunter2" not in str(failure.value)
+
+
+def test_a_group_the_user_named_gets_no_lag_commits_unless_asked():
+    assert stream(subscribe="a").commit_offsets_to_group is True
+    named = {"kafka.group.id": "theirs"}
+    assert stream(subscribe="a", **named).commit_offsets_to_group is False
+    assert stream(subscribe="a", commitOffsetsToGroup="true", **named).commit_offsets_to_group is True
+
+
+def test_source_options_print_without_secrets():
+    o = stream(subscribe="a", **{"kafka.sasl.username": "u", "kafka.sasl.password": "hunter2",
+                                 "kafka.ssl.key.password": "kp2"})
+    assert "hunter2" not in repr(o) and "kp2" not in repr(o) and "[redacted]" in repr(o)
+    from kafka_eos_ds.source.planning import ReadConfig
+
+    assert "hunter2" not in repr(ReadConfig(client_conf=o.client_conf))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
-from kafka_eos_ds.kafka.config import redact, to_kafka_python
+from kafka_eos_ds.kafka.client_settings import client_error, to_kafka_python
 from kafka_eos_ds.kafka.kafka_python import CoordinatorChannel
 
 # Kafka error codes the sink reasons about (org.apache.kafka.common.protocol.Errors).
@@ -94,13 +94,14 @@ class TransactionCoordinator:
     def __init__(self, conf: Mapping[str, Any]) -> None:
         from kafka.admin import KafkaAdminClient
 
+        # The coordinator's own client id unless the user set one (kafka.client.id).
+        settings = {"client_id": "kafka-eos-coordinator", **to_kafka_python(conf)}
         try:
-            self._admin = KafkaAdminClient(**to_kafka_python(conf), client_id="kafka-eos-coordinator")
+            self._admin = KafkaAdminClient(**settings)
         except ConfigError:
             raise
         except Exception as exc:  # kafka-python raises its own and socket errors
-            raise KafkaClientError(f"Cannot reach Kafka at {redact(conf).get('bootstrap.servers')}: {exc}",
-                                   retriable=True) from exc
+            raise client_error("connect the transaction-coordinator client", exc, conf) from exc
         self._channel = CoordinatorChannel(self._admin)
 
     def close(self) -> None:

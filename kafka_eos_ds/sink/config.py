@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka.client_settings import check_settings, to_kafka_python
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC
@@ -60,7 +61,7 @@ class Columns:
 
 @dataclass(frozen=True)
 class SinkConfig:
-    producer: Mapping[str, str]
+    producer: Mapping[str, str]  # a ClientParams: printed without its secrets
     topic: Optional[str]
     guarantee: Guarantee
     prefix: Optional[str]
@@ -69,6 +70,7 @@ class SinkConfig:
     columns: Columns
     source_group_id: Optional[str] = None
     checkpoint: Optional[str] = None
+    idempotent: bool = True
 
     @property
     def exactly_once(self) -> bool:
@@ -93,6 +95,13 @@ class SinkConfig:
                 raise ConfigError(f"Kafka option 'kafka.acks' must be 'all' for exactly_once (got {acks!r}); "
                                   "remove it or set deliveryGuarantee 'at_least_once'.")
         timeout = _transaction_timeout(producer)
+        idempotent = guarantee == EXACTLY_ONCE or _idempotence_fits(producer)
+        # Every kafka.* key and value checked by librdkafka itself, without connecting.
+        check_settings({**producer, "enable.idempotence": idempotent, **(
+            {"transactional.id": "kafka-eos-settings-check", "transaction.timeout.ms": timeout}
+            if guarantee == EXACTLY_ONCE else {})}, "producer")
+        if guarantee == EXACTLY_ONCE:
+            to_kafka_python(producer)  # the coordinator client's settings: refused now, not at the first batch
         topic = opts.get("topic")
         topic = topic.strip() if topic and topic.strip() else None
         columns = check_columns(schema, topic)
@@ -101,7 +110,21 @@ class SinkConfig:
             raise ConfigError("Option 'sourceGroupId' commits the source's offsets inside the sink's transactions; "
                               "it needs deliveryGuarantee 'exactly_once'. Remove one of them.")
         return cls(producer, topic, guarantee, prefix, (opts.get("commitLogTopic") or DEFAULT_TOPIC).strip(),
-                   timeout, columns, group, opts.get("checkpointLocation"))
+                   timeout, columns, group, opts.get("checkpointLocation"), idempotent)
+
+
+def _idempotence_fits(producer: Mapping[str, str]) -> bool:
+    """Whether at_least_once can write idempotently with the user's settings. As the Java
+    producer (3.0+): idempotent by default, not when acks is not all, retries is 0 or
+    more than 5 requests may be in flight, which Spark's built-in sink accepts."""
+    lower = {k.lower(): str(v).strip().lower() for k, v in producer.items()}
+    acks = lower.get("acks", lower.get("request.required.acks", "all"))
+    retries = lower.get("retries", lower.get("message.send.max.retries", "1"))
+    in_flight = lower.get("max.in.flight.requests.per.connection", lower.get("max.in.flight", "5"))
+    try:
+        return acks in ("all", "-1") and int(retries) != 0 and int(in_flight) <= 5
+    except ValueError:
+        return True  # not a number: librdkafka's check names the option
 
 
 def _transaction_timeout(producer: dict) -> int:

@@ -18,7 +18,7 @@ import zlib
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import logged, redact, short_lived
+from kafka_eos_ds.kafka.client_settings import client_config, redact
 from kafka_eos_ds.twophase.protocol import Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
@@ -45,7 +45,7 @@ class KafkaDecisionLog:
     """
 
     def __init__(self, conf: Mapping[str, Any], topic: str, key: str) -> None:
-        self._conf = short_lived({k: v for k, v in conf.items() if k in _COMMON or k.startswith(("ssl.", "sasl."))})
+        self._conf = dict(conf)  # client_config keeps what the commit-log clients need
         self.topic = topic
         self.key = key
         self._producer: Any = None
@@ -63,7 +63,7 @@ class KafkaDecisionLog:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient(logged(self._conf))
+        admin = AdminClient(client_config(self._conf, "commit_log"))
         try:
             md = metadata if metadata is not None else admin.list_topics(timeout=15)
             existing = md.topics.get(self.topic)
@@ -105,9 +105,9 @@ class KafkaDecisionLog:
             # acks=all and one record in flight, flushed before returning: decisions land
             # in order. A retried send may store a copy twice, and readers take the latest,
             # so idempotence is not needed (docs/decisions.md, "Commit-log writes").
-            self._producer = Producer(logged({**self._conf, "acks": "all", "linger.ms": 0,
-                                              "max.in.flight.requests.per.connection": 1,
-                                              "client.id": "kafka-eos-commit-log"}))
+            self._producer = Producer(client_config(self._conf, "commit_log", **{
+                "acks": "all", "linger.ms": 0, "max.in.flight.requests.per.connection": 1,
+                "client.id": "kafka-eos-commit-log"}))
         errors: list = []
 
         def delivered(err: Any, _msg: Any) -> None:
@@ -133,9 +133,9 @@ class KafkaDecisionLog:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         partition = self.ensure_topic()
-        consumer = Consumer(logged({**self._conf, "group.id": "kafka-eos-commit-log-reader",
-                                    "enable.auto.commit": False, "isolation.level": "read_committed",
-                                    "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
+        consumer = Consumer(client_config(self._conf, "commit_log", **{
+            "group.id": "kafka-eos-commit-log-reader", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
         key = self.key.encode()
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15,
@@ -182,7 +182,3 @@ class KafkaDecisionLog:
             self._producer.flush(10)
             self._producer = None
 
-
-_COMMON = frozenset({"bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
-                     "sasl.username", "sasl.password", "socket.timeout.ms", "client.dns.lookup",
-                     "broker.address.family", "reconnect.backoff.ms", "reconnect.backoff.max.ms"})

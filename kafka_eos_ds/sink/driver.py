@@ -13,8 +13,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import logged, redact, short_lived
+from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka.client_settings import client_config, client_error
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.sink import source_progress
 from kafka_eos_ds.sink.config import SinkConfig
@@ -119,13 +119,10 @@ def cluster_metadata(config: SinkConfig) -> Any:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    conf = short_lived({k: v for k, v in config.producer.items()
-                        if k.lower() in ("bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
-                                         "sasl.username", "sasl.password", "client.id", "reconnect.backoff.ms")
-                        or k.lower().startswith("ssl.")})
+    conf = client_config(config.producer, "sink_metadata")
+    admin = AdminClient(conf)
     try:
         # All topics, not the one topic: a metadata request naming it could auto-create it.
-        return AdminClient(logged(conf)).list_topics(timeout=15)
+        return admin.list_topics(timeout=15)
     except KafkaException as exc:
-        raise KafkaClientError(f"Cannot reach Kafka at {redact(conf).get('bootstrap.servers')}: {exc}",
-                               retriable=True) from exc
+        raise client_error("read the cluster's topics", exc, conf, admin) from exc

@@ -15,7 +15,7 @@ import threading
 from typing import Any, Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
-from kafka_eos_ds.kafka.config import logged, redact, short_lived
+from kafka_eos_ds.kafka.client_settings import client_config, client_error
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
@@ -86,20 +86,21 @@ class _PartitionWriter:
     def _open(self) -> None:
         from confluent_kafka import KafkaException, Producer
 
-        conf = {**short_lived(self.config.producer), "enable.idempotence": True,
-                "delivery.report.only.error": True, "on_delivery": self.delivery}
+        fixed: dict[str, Any] = {"enable.idempotence": self.config.idempotent, "delivery.report.only.error": True,
+                                 "on_delivery": self.delivery}
         if self.config.exactly_once:
-            conf.update({"transactional.id": self.transactional_id,
-                         "transaction.timeout.ms": self.config.transaction_timeout_ms,
-                         "statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": self.stats})
+            fixed.update({"transactional.id": self.transactional_id,
+                          "transaction.timeout.ms": self.config.transaction_timeout_ms,
+                          "statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": self.stats})
+        self.conf = client_config(self.config.producer, "task_producer", **fixed)
         try:
-            self.producer = Producer(logged(conf))
+            self.producer = Producer(self.conf)
             if self.config.exactly_once:
                 self._connect()
                 self.producer.init_transactions(60)
                 self.producer.begin_transaction()
         except KafkaException as exc:
-            raise _translate(exc, self.config) from exc
+            raise _translate(exc, self.config, conf=self.conf, producer=self.producer) from exc
 
     def _connect(self) -> None:
         """Bring a broker connection up before init_transactions(), so its coordinator
@@ -182,7 +183,7 @@ class _PartitionWriter:
                 # The local queue is full: serve delivery reports until there is room.
                 self.producer.poll(0.05)
             except KafkaException as exc:
-                raise _translate(exc, self.config, topic) from exc
+                raise _translate(exc, self.config, topic, self.conf, self.producer) from exc
 
     def _write_arrow(self, batch: Any) -> None:
         n = batch.num_rows
@@ -236,7 +237,8 @@ def _immutable(data: Any) -> Any:
     return bytes(data) if isinstance(data, bytearray) else data
 
 
-def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None) -> Exception:
+def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None, conf: Any = None,
+               producer: Any = None) -> Exception:
     from confluent_kafka import KafkaError
 
     err: Any = exc.args[0] if exc.args else None
@@ -251,9 +253,7 @@ def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None) -> Exc
         return _too_large(topic, config)
     if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
         return ConfigError(f"Topic {topic!r} does not exist; create it first (option 'topic' / column 'topic').")
-    return KafkaClientError(f"Kafka producer error: {err} (servers "
-                            f"{redact(config.producer).get('bootstrap.servers')})",
-                            retriable=bool(getattr(err, "retriable", lambda: False)()))
+    return client_error("Kafka producer", exc, conf or config.producer, producer)
 
 
 def _too_large(topic: Optional[str], config: SinkConfig) -> Exception:
@@ -273,5 +273,7 @@ def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConf
                            "(option 'topic' / columns 'topic', 'partition').")
     if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
         return TransactionFencedError(f"A newer producer took over this task's transactional id: {err}")
-    return KafkaClientError(f"{count} record(s) were not delivered to Kafka; first error: {err}",
-                            retriable=err.retriable())
+    from confluent_kafka import KafkaException
+
+    return client_error(f"{count} record(s) were not delivered to Kafka; first error", KafkaException(err),
+                        config.producer)

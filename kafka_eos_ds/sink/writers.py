@@ -77,6 +77,10 @@ class KafkaBatchWriter(BatchWriterBase):
     """
 
     def __init__(self, schema: StructType, options: Mapping[str, Any], overwrite: bool = False) -> None:
+        if overwrite:
+            # As the built-in sink: Kafka topics are appended to, never replaced.
+            raise ConfigError("Save mode 'overwrite' is not supported by kafka_eos (a Kafka topic cannot be "
+                              "replaced); use mode('append').")
         self._driver = _driver(schema, options)
         if self._driver.config.source_group_id is not None:
             raise ConfigError("Option 'sourceGroupId' applies to streaming queries (it commits each micro-batch's "

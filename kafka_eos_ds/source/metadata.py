@@ -4,7 +4,7 @@ One :class:`KafkaMetadata` lives in the driver-side reader process. It answers w
 batched ListOffsets request per question (AdminClient.list_offsets), asking with the
 query's isolation level: under ``read_committed`` the "latest" offset Kafka returns is
 the partition's last stable offset, so a range never ends inside an open transaction.
-confluent-kafka errors are translated into :class:`KafkaClientError` here and only here.
+confluent-kafka errors are translated by :func:`~kafka_eos_ds.kafka.client_settings.client_error`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,17 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.config import logged, redact
+from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka.client_settings import client_config, client_error, redact
 from kafka_eos_ds.source.offsets import Offsets, TopicPartitionKey
 from kafka_eos_ds.source.options import SourceOptions, SubscriptionKind
 
 _TIMEOUT_S = 30.0
+
+# Kafka's internal topics: a pattern subscription never matches them (as the Java
+# consumer's exclude.internal.topics); other topics starting with "_" are ordinary topics.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
+                             "__cluster_metadata"})
 
 
 class KafkaMetadata:
@@ -27,6 +32,7 @@ class KafkaMetadata:
         self._options = options
         self._admin = None
         self._consumer = None
+        self._admin_conf: dict = {}
         self._pattern = re.compile(options.subscription.pattern) if options.subscription.pattern else None
 
     # -- clients -----------------------------------------------------------------------
@@ -37,16 +43,18 @@ class KafkaMetadata:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            conf = {k: v for k, v in self._conf().items() if k != "isolation.level"}
-            self._admin = _client(AdminClient, conf)
+            self._admin_conf = client_config({k: v for k, v in self._conf().items() if k != "isolation.level"},
+                                             "source_metadata")
+            self._admin = _client(AdminClient, self._admin_conf)
         return self._admin
 
     def consumer(self):
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            conf = {**self._conf(), "group.id": self._options.group_id, "enable.auto.commit": False}
-            self._consumer = _client(Consumer, conf)
+            self._consumer_conf = client_config(self._conf(), "source_metadata", **{
+                "group.id": self._options.group_id, "enable.auto.commit": False})
+            self._consumer = _client(Consumer, self._consumer_conf)
         return self._consumer
 
     def close(self) -> None:
@@ -64,7 +72,7 @@ class KafkaMetadata:
         try:
             topics = self.admin().list_topics(timeout=_TIMEOUT_S).topics
         except Exception as exc:
-            raise _translate("list topics", exc) from exc
+            raise client_error("list topics", exc, self._admin_conf, self._admin) from exc
         found: set[TopicPartitionKey] = set()
         for name, meta in topics.items():
             if meta.error is not None:
@@ -72,10 +80,11 @@ class KafkaMetadata:
             if sub.kind is SubscriptionKind.SUBSCRIBE and name not in sub.topics:
                 continue
             matches = self._pattern is not None and self._pattern.fullmatch(name)
-            if sub.kind is SubscriptionKind.PATTERN and (name.startswith("__") or not matches):
+            if sub.kind is SubscriptionKind.PATTERN and (name in INTERNAL_TOPICS or not matches):
                 continue
             found.update((name, p) for p in meta.partitions)
         if sub.kind is SubscriptionKind.ASSIGN:
+            _check_assigned(sub.assigned, found)
             found &= set(sub.assigned)
         return found
 
@@ -109,7 +118,7 @@ class KafkaMetadata:
         try:
             result = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=_TIMEOUT_S)
         except Exception as exc:
-            raise _translate(f"read committed offsets of group {group_id!r}", exc) from exc
+            raise client_error(f"read committed offsets of group {group_id!r}", exc, self._consumer_conf) from exc
         return {(r.topic, r.partition): (r.offset if r.offset >= 0 else None) for r in result}
 
     def _list_offsets(self, specs: dict) -> Offsets:
@@ -124,24 +133,24 @@ class KafkaMetadata:
             futures = self.admin().list_offsets(request, isolation_level=isolation, request_timeout=_TIMEOUT_S)
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
         except Exception as exc:
-            raise _translate("list offsets", exc) from exc
+            raise client_error("list offsets", exc, self._admin_conf, self._admin) from exc
 
 
 def _client(factory, conf: dict):
     from confluent_kafka import KafkaException
 
     try:
-        return factory(logged(conf))
+        return factory(conf)
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(f"Kafka client settings (kafka.* options) were refused: {exc}. "
                           f"Settings given: {redact(conf)}") from exc
 
 
-def _translate(what: str, exc: Exception) -> Exception:
-    from confluent_kafka import KafkaException
-
-    if isinstance(exc, KafkaException) and exc.args:
-        err = exc.args[0]
-        retriable = bool(getattr(err, "retriable", lambda: False)())
-        return KafkaClientError(f"Kafka call failed: {what}: {err}", retriable=retriable)
-    return KafkaClientError(f"Kafka call failed: {what}: {exc}")
+def _check_assigned(assigned: Iterable[TopicPartitionKey], existing: set[TopicPartitionKey]) -> None:
+    # The built-in source fails a query whose 'assign' names a partition that does not
+    # exist, rather than reading nothing from it forever.
+    missing = sorted(set(assigned) - existing)
+    if missing:
+        shown = ", ".join(f"{t}-{p}" for t, p in missing)
+        raise ConfigError(f"Option 'assign' names partitions that do not exist: {shown}. Check the topic names "
+                          "and partition numbers (or create the topic first).")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka.client_settings import ClientParams, check_settings
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.source import offsets as offsets_json
 from kafka_eos_ds.source.offsets import Offsets
@@ -32,6 +34,12 @@ OWNED_KAFKA_KEYS = {
     "interceptor.classes": "records must reach Spark unchanged.",
     "group.instance.id": "the source never joins its consumer group; static membership does not apply.",
 }
+
+log = logging.getLogger(__name__)
+
+# Options only a streaming read uses; a batch read ignores them with a warning, as the
+# built-in source does.
+STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 DEFAULT_GROUP_ID_PREFIX = "kafka-eos-source"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
@@ -90,7 +98,7 @@ class OffsetSpec:
 class SourceOptions:
     """Every source setting, validated. Picklable; executors get the parts they need."""
 
-    client_conf: dict[str, str]
+    client_conf: dict[str, str]  # a ClientParams: printed without its secrets
     subscription: Subscription
     starting: OffsetSpec
     ending: OffsetSpec
@@ -117,25 +125,28 @@ class SourceOptions:
         subscription = _subscription(opts)
         starting = _starting(opts, streaming)
         ending = _ending(opts, streaming)
+        if not streaming:
+            for name in STREAMING_ONLY:
+                if name in opts:
+                    log.warning("Option '%s' applies to streaming reads only; this batch read ignores it.", name)
+            opts = Options({k: v for k, v in raw.items() if str(k).lower() not in
+                            {n.lower() for n in STREAMING_ONLY}})
         max_per = opts.get_int("maxOffsetsPerTrigger", minimum=1)
         min_per = opts.get_int("minOffsetsPerTrigger", minimum=1)
         delay = _duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS)
         if max_per is not None and min_per is not None and min_per > max_per:
             raise ConfigError(f"Option 'minOffsetsPerTrigger' ({min_per}) must not exceed "
                               f"'maxOffsetsPerTrigger' ({max_per}).")
-        if not streaming:
-            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
-                if name in opts:
-                    raise ConfigError(f"Option '{name}' applies to streaming reads only; remove it "
-                                      "from this batch read (spark.read).")
-        group_id = client_conf.pop("group.id", None) or _derived_group_id(opts, subscription)
+        named_group = client_conf.pop("group.id", None)
+        group_id = named_group or _derived_group_id(opts, subscription)
         return cls(
             client_conf=client_conf,
             subscription=subscription,
             starting=starting,
             ending=ending,
             group_id=group_id,
-            commit_offsets_to_group=opts.get_bool("commitOffsetsToGroup", True),
+            # A group the user named (kafka.group.id) is theirs: its offsets move only when asked.
+            commit_offsets_to_group=opts.get_bool("commitOffsetsToGroup", named_group is None),
             fail_on_data_loss=opts.get_bool("failOnDataLoss", True),
             include_headers=opts.get_bool("includeHeaders", False),
             max_offsets_per_trigger=max_per,
@@ -157,7 +168,8 @@ def _client_conf(opts: Options) -> dict[str, str]:
         raise ConfigError(f"Option 'kafka.isolation.level' must be read_committed or read_uncommitted; "
                           f"got {isolation!r}.")
     conf["isolation.level"] = isolation
-    return conf
+    check_settings(conf, "consumer")
+    return ClientParams(conf)
 
 
 def _subscription(opts: Options) -> Subscription:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from pyspark.sql.datasource import InputPartition
 
 from kafka_eos_ds.errors import DataLossError
+from kafka_eos_ds.kafka.client_settings import ClientParams
 from kafka_eos_ds.source.offsets import Offsets
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
 
 def read_config(options: "SourceOptions") -> ReadConfig:
     return ReadConfig(
-        client_conf=dict(options.client_conf),
+        client_conf=ClientParams(options.client_conf),
         group_id=options.group_id,
         include_headers=options.include_headers,
         fail_on_data_loss=options.fail_on_data_loss,

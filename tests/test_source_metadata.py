@@ -1,0 +1,31 @@
+"""Partition discovery on the driver, over a fake cluster listing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.source.metadata import KafkaMetadata
+from kafka_eos_ds.source.options import SourceOptions
+
+
+def metadata(topics: dict[str, int], **options) -> KafkaMetadata:
+    meta = KafkaMetadata(SourceOptions.from_spark({"kafka.bootstrap.servers": "h:1", **options}, streaming=True))
+    listing = SimpleNamespace(topics={name: SimpleNamespace(error=None, partitions=dict.fromkeys(range(n)))
+                                      for name, n in topics.items()})
+    meta._admin = SimpleNamespace(list_topics=lambda timeout: listing)
+    return meta
+
+
+def test_pattern_excludes_only_internal_topics():
+    topics = {"__consumer_offsets": 50, "__transaction_state": 50, "_audit": 1, "__orders_v2": 2, "orders": 1}
+    found = metadata(topics, subscribePattern=".*orders.*|_.*").partitions()
+    assert {t for t, _ in found} == {"_audit", "__orders_v2", "orders"}
+
+
+def test_assign_of_a_missing_partition_fails():
+    assert metadata({"a": 2}, assign='{"a": [0, 1]}').partitions() == {("a", 0), ("a", 1)}
+    with pytest.raises(ConfigError, match="'assign' names partitions that do not exist: a-2, b-0"):
+        metadata({"a": 2}, assign='{"a": [0, 2], "b": [0]}').partitions()
