@@ -165,8 +165,10 @@ class _ScriptedProducer:
     def begin_transaction(self):
         self.calls.append("begin")
 
-    def produce(self, topic, value, **kwargs):
-        self.calls.append(("produce", topic, value, kwargs.get("key")))
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0, headers=None):
+        # confluent_kafka.Producer.produce's signature: the writer passes key and
+        # partition positionally.
+        self.calls.append(("produce", topic, value, key))
 
     def poll(self, timeout=0):
         self.calls.append("poll")
@@ -202,3 +204,18 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     assert calls[4:6] == [("produce", "out", b"v1", "k1"), ("produce", "out", b"v2", "k2")]
     assert calls[-1] == "flush" and set(calls[6:]) <= {"poll", "flush"}
     assert (msg.transactional_id, msg.producer_id, msg.epoch, msg.records) == ("etl-0-0", 42, 3, 2)
+
+
+def test_header_lists_reads_each_rows_headers_from_the_flat_columns():
+    import pyarrow as pa
+
+    from kafka_eos_ds.sink.task_writer import _header_lists
+
+    kind = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    column = pa.chunked_array([
+        pa.array([[{"key": "a", "value": b"1"}], None], kind),
+        pa.array([[], [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]], kind),
+    ])
+    assert _header_lists(column) == [[("a", b"1")], None, None, [("a", b"1"), ("b", None)]]
+    # A slice keeps its parent's offsets: the rows must still line up.
+    assert _header_lists(column.chunk(1).slice(1)) == [[("a", b"1"), ("b", None)]]
