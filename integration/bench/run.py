@@ -59,10 +59,14 @@ PROFILES = {
     "full": Profile((100, 1024, 10240), 4, (1, 8, 16, 32), (10, 3, 30), 100_000_000, 5_000, 2),
 }
 
+# Sink workloads by the columns they write (workloads.sink_write's ``columns``).
+SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
+
 # Project targets: (workload, variant) -> [(against, minimum ratio)].
 TARGETS = {
     ("source", "kafka_eos"): [("builtin", 1.0)],
     ("sink", "kafka_eos exactly_once"): [("builtin", 0.9)],
+    ("sink headers", "kafka_eos exactly_once"): [("builtin", 0.9)],
     ("pipeline", "kafka_eos exactly_once"): [("builtin", 0.8), ("raw", 0.5)],
 }
 
@@ -117,7 +121,10 @@ def _records_for(profile: Profile, size: int) -> int:
 def plan(profile: Profile, scaling: bool = True) -> list[Config]:
     """The main matrix, then the partition and micro-batch scaling points (1 KiB records)."""
     everything = ("source", "sink", "pipeline")
-    configs = [Config(s, profile.partitions, profile.batches[0], _records_for(profile, s), everything, True)
+    # The main matrix also writes each record's value alone and with a header, next to
+    # the keyed write ("sink", key + value: what most pipelines write).
+    main = ("source", *SINK_COLUMNS, "pipeline")
+    configs = [Config(s, profile.partitions, profile.batches[0], _records_for(profile, s), main, True)
                for s in profile.sizes]
     if scaling:
         configs += [Config(1024, p, profile.batches[0], _records_for(profile, 1024), everything, False)
@@ -143,7 +150,7 @@ def estimate_s(configs: list[Config], profile: Profile, variants_of, warmup: boo
         mb = c.records * c.size / 1e6
         total += 1 + c.records * 3e-6 + mb * 0.02  # seeding the input topic
         for workload, variant in variants_of(c):
-            kind = "raw" if variant == "raw" else workload
+            kind = "raw" if variant == "raw" else "sink" if workload in SINK_COLUMNS else workload
             batches = c.batches if workload == "pipeline" else 1
             run = _FIXED[kind] + c.records * _PER_RECORD[kind] + mb * 0.01
             run += c.partitions * batches * _PER_TASK.get((kind, variant != "builtin"), 0.0)
@@ -196,11 +203,6 @@ class Runner:
             ("source", "kafka_eos"): lambda _: w.source_read(spark, w.EOS, bs, topic),
             ("source", "builtin"): lambda _: w.source_read(spark, w.BUILTIN, bs, topic),
             ("source", "raw"): lambda _: w.raw("consume", bootstrap=bs, topic=topic, partitions=p),
-            ("sink", "kafka_eos exactly_once"): lambda log: w.sink_write(spark, formats.TIMED, bs, n, c.size,
-                                                                        self._out(p), "exactly_once", p, log),
-            ("sink", "kafka_eos at_least_once"): lambda _: w.sink_write(spark, w.EOS, bs, n, c.size, self._out(p),
-                                                                       "at_least_once", p),
-            ("sink", "builtin"): lambda _: w.sink_write(spark, w.BUILTIN, bs, n, c.size, self._out(p), partitions=p),
             ("sink", "raw"): lambda _: w.raw("produce", bootstrap=bs, out_topic=self._out(p), records=n,
                                              size=c.size, partitions=p),
             ("pipeline", "kafka_eos exactly_once"): lambda log: w.pipeline(spark, formats.TIMED, bs, topic,
@@ -209,12 +211,19 @@ class Runner:
             ("pipeline", "raw"): lambda _: w.raw("forward", bootstrap=bs, topic=topic, out_topic=self._out(p),
                                                  partitions=p),
         }
+        for sink, cols in SINK_COLUMNS.items():
+            out[(sink, "kafka_eos exactly_once")] = lambda log, cols=cols: w.sink_write(
+                spark, formats.TIMED, bs, n, c.size, self._out(p), "exactly_once", p, log, cols)
+            out[(sink, "builtin")] = lambda _, cols=cols: w.sink_write(spark, w.BUILTIN, bs, n, c.size, self._out(p),
+                                                                      partitions=p, columns=cols)
+        out[("sink", "kafka_eos at_least_once")] = lambda _: w.sink_write(spark, w.EOS, bs, n, c.size, self._out(p),
+                                                                          "at_least_once", p)
         if self.baseline:
             out[("source", "kafka_eos baseline")] = lambda _: w.source_read(spark, formats.BASELINE, bs, topic)
         keep = {k: v for k, v in out.items() if k[0] in c.workloads
                 and (c.main or k[1] not in ("raw", "kafka_eos at_least_once"))}
         if self.only:
-            keep = {k: v for k, v in keep.items() if any(o == k[0] or o in k[1] for o in self.only)}
+            keep = {k: v for k, v in keep.items() if any(o in (k[0], k[0].split()[0]) or o in k[1] for o in self.only)}
         return keep
 
     def warm_up(self) -> None:

@@ -69,11 +69,13 @@ def source_read(spark, fmt: str, bootstrap: str, topic: str, **_) -> Timing:
 
 def sink_write(spark, fmt: str, bootstrap: str, records: int, size: int, out_topic: str,
                guarantee: str = "exactly_once", partitions: int = 4, commits: CommitLog | None = None,
-               **_) -> Timing:
-    """Write ``records`` generated rows (key, value of ``size`` bytes) as a batch job."""
-    df = (spark.range(0, records, 1, partitions)
-          .selectExpr("cast(id % 1000 as string) as key",
-                      f"concat(cast(id as string), '|', repeat('x', {max(size - 12, 1)})) as value"))
+               columns: str = "key,value", **_) -> Timing:
+    """Write ``records`` generated rows as a batch job: ``columns`` of key (1-3 bytes),
+    value (``size`` bytes) and headers (one 'trace' header of ~8 bytes)."""
+    exprs = {"key": "cast(id % 1000 as string) as key",
+             "value": f"concat(cast(id as string), '|', repeat('x', {max(size - 12, 1)})) as value",
+             "headers": "array(named_struct('key', 'trace', 'value', cast(cast(id as string) as binary))) as headers"}
+    df = spark.range(0, records, 1, partitions).selectExpr(*(exprs[c] for c in columns.split(",")))
     # Python data sources accept only append/overwrite save modes (a Spark rule).
     writer = df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
     writer = _eos_options(writer, fmt, commits, guarantee)
