@@ -207,7 +207,7 @@ class _PartitionWriter:
                 except Exception:
                     self._produce(fixed_topic, value, None, None, None)
         elif parts is None and headers is None and fixed_topic is not None:
-            for value, key in zip(values, keys):
+            for value, key in zip(values, keys, strict=True):
                 try:
                     produce(fixed_topic, value, key)
                 except Exception:
@@ -216,7 +216,7 @@ class _PartitionWriter:
             rows = zip(repeat(fixed_topic) if fixed_topic is not None else topics, values,
                        keys if keys is not None else repeat(None),
                        [-1 if p is None else p for p in parts] if parts is not None else repeat(-1),
-                       headers if headers is not None else repeat(None))
+                       headers if headers is not None else repeat(None), strict=False)  # repeat() is endless
             for topic, value, key, part, header in rows:
                 try:
                     produce(topic, value, key, part, headers=header)
