@@ -247,7 +247,7 @@ def _header_lists(column: Any) -> list[Any]:
         column = column.combine_chunks()
     starts = column.offsets.to_pylist()
     flat = column.values
-    pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist()))
+    pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
     valid = column.is_valid().to_pylist()
     return [pairs[starts[i]:starts[i + 1]] or None if valid[i] else None for i in range(len(column))]
 
