@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
@@ -177,8 +177,10 @@ class _PartitionWriter:
                     self.producer.produce(topic, value, key, part)
                 return
             except BufferError:
-                # The local queue is full: serve delivery reports until there is room.
-                self.producer.poll(0.05)
+                # The local queue is full: wait for room. Short waits: with error-only
+                # delivery reports a poll has nothing to return early for, and the queue
+                # drains in a few milliseconds.
+                self.producer.poll(0.005)
             except KafkaException as exc:
                 raise _translate(exc, self.config, topic) from exc
 
@@ -239,17 +241,17 @@ class _PartitionWriter:
 
 
 def _header_lists(column: Any) -> list[Any]:
-    """Each row's headers as ``[(key, value), ...]`` (None for null or empty), built from
-    the list column's flat key and value children instead of a dict per header."""
+    """Each row's headers as ``[(key, value), ...]`` (None for null or empty), cut from the
+    list column's flattened key and value children instead of a dict per header."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    starts = column.offsets.to_pylist()
-    flat = column.values
-    pairs = list(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
-    valid = column.is_valid().to_pylist()
-    return [pairs[starts[i]:starts[i + 1]] or None if valid[i] else None for i in range(len(column))]
+    flat = column.flatten()  # honours slicing, drops the entries of null lists
+    pairs = iter(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+    return [list(islice(pairs, length)) if length else None
+            for length in pc.list_value_length(column).to_pylist()]
 
 
 def _field(row: Any, index: int) -> Any:
