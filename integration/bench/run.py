@@ -92,6 +92,12 @@ class Measurement:
     seconds: list = field(default_factory=list)
     in_batches_s: list = field(default_factory=list)
     commit_s: list = field(default_factory=list)
+    # The per-batch timeline (kafka_eos: its steps, formats._TimedCommit; streaming:
+    # Spark's durationMs of each micro-batch), every batch of every run.
+    prepare_s: list = field(default_factory=list)
+    task_s: list = field(default_factory=list)
+    task_input_s: list = field(default_factory=list)
+    spark_ms: dict = field(default_factory=dict)
     load: list = field(default_factory=list)
     failures: list = field(default_factory=list)
     worker_peak_mb: float = 0.0
@@ -260,8 +266,15 @@ class Runner:
                 m.seconds.append(seconds)
                 if timing.in_batches:
                     m.in_batches_s.append(timing.in_batches)
+                for name, ms in (timing.batch_ms or {}).items():
+                    m.spark_ms.setdefault(name, []).extend(ms)
                 if commits:
-                    m.commit_s.extend(commits.seconds())
+                    for step in commits.steps():
+                        if step["step"] == "task":
+                            m.task_s.append(step["seconds"])
+                            m.task_input_s.append(step["input_s"])
+                        else:
+                            {"commit": m.commit_s, "prepare": m.prepare_s}[step["step"]].append(step["seconds"])
                 m.worker_peak_mb = max(m.worker_peak_mb, mem.peak_total / 1e6)
                 m.worker_largest_mb = max(m.worker_largest_mb, mem.peak_one / 1e6)
                 batches = f"{c.batches:>3} batches" if key[0] == "pipeline" else " " * 11
@@ -289,11 +302,17 @@ def ratios(results: list[Measurement]) -> list[dict]:
                     "met": None if vs[against] is None else vs[against] >= minimum}
                    for against, minimum in TARGETS.get((m.workload, m.variant), [])]
         p50, p99 = percentile(m.commit_s, 0.5), percentile(m.commit_s, 0.99)
+        timeline = {f"spark {k}": percentile(v, 0.5) for k, v in sorted(m.spark_ms.items())}
+        timeline.update({"prepare": percentile(m.prepare_s, 0.5) and percentile(m.prepare_s, 0.5) * 1000,
+                         "task": percentile(m.task_s, 0.5) and percentile(m.task_s, 0.5) * 1000,
+                         "task input": percentile(m.task_input_s, 0.5) and percentile(m.task_input_s, 0.5) * 1000,
+                         "commit": p50 and p50 * 1000})
         rows.append({**asdict(m), "median_s": m.median, "records_per_s": m.records_per_s, "mb_per_s": m.mb_per_s,
                      "in_batch_records_per_s": m.in_batch_records_per_s,
                      "vs_builtin": vs["builtin"], "vs_raw": vs["raw"], "targets": targets,
                      "commit_p50_ms": p50 and p50 * 1000, "commit_p99_ms": p99 and p99 * 1000,
-                     "load_median": statistics.median(m.load)})
+                     "load_median": statistics.median(m.load),
+                     "timeline_p50_ms": {k: v for k, v in timeline.items() if v is not None}})
     return rows
 
 
@@ -331,9 +350,34 @@ def markdown(rows: list[dict], machine: dict, failed: list[str] = ()) -> str:
                      f"{fmt(r['vs_builtin'])} | {fmt(r['vs_raw'])} | {_target_cell(r['targets'])} | "
                      f"{fmt(r['in_batch_records_per_s'], ',.0f', '')} | {commit} | "
                      f"{r['worker_peak_mb']:.0f} / {r['worker_largest_mb']:.0f} | {r['load_median']:.1f} |")
+    lines += timeline_markdown(rows)
     if failed:
         lines += ["", "Failed runs (left out of the medians):", ""] + [f"* {f}" for f in failed]
     return "\n".join(lines) + "\n"
+
+
+# Columns of the per-batch timeline: Spark's steps of a micro-batch, then kafka_eos's
+# inside addBatch. Medians over every batch of every run, in ms.
+TIMELINE = [("spark triggerExecution", "batch"), ("spark latestOffset", "latestOffset"),
+            ("spark queryPlanning", "planning"), ("spark walCommit", "walCommit"), ("spark addBatch", "addBatch"),
+            ("prepare", "sink prepare"), ("task", "task"), ("task input", "task: waiting for input"),
+            ("commit", "sink commit"), ("spark commitOffsets", "commitOffsets")]
+
+
+def timeline_markdown(rows: list[dict]) -> list[str]:
+    """The per-batch timeline of the pipeline rows (medians per micro-batch, ms)."""
+    rows = [r for r in rows if r["workload"] == "pipeline" and r.get("timeline_p50_ms")]
+    if not rows:
+        return []
+    lines = ["", "Per-batch timeline of the pipeline (median ms per micro-batch; task: one task's write, "
+             "input included):", "",
+             "| variant | record | partitions | batches | " + " | ".join(label for _, label in TIMELINE) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(TIMELINE)]
+    for r in rows:
+        cells = [r["timeline_p50_ms"].get(key) for key, _ in TIMELINE]
+        lines.append(f"| {r['variant']} | {r['size']} B | {r['partitions']} | {r['batches']} | "
+                     + " | ".join("" if c is None else f"{c:.0f}" for c in cells) + " |")
+    return lines
 
 
 def _save(plt, fig, path: Path) -> Path:

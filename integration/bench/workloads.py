@@ -29,6 +29,7 @@ EOS = "kafka_eos"
 class Timing:
     seconds: float                        # wall clock: query or job start to its end
     in_batches: float | None = None       # streaming: the sum of the micro-batches' trigger time
+    batch_ms: dict | None = None          # streaming: Spark's durationMs steps, one value per micro-batch
 
 
 def _streaming(query, started: float) -> Timing:
@@ -36,7 +37,9 @@ def _streaming(query, started: float) -> Timing:
     (for a Python source, Spark starts a fresh Python process for the driver-side reader)."""
     query.awaitTermination()
     seconds = time.perf_counter() - started
-    return Timing(seconds, sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000)
+    batches = [p["durationMs"] for p in query.recentProgress if p["numInputRows"] > 0]
+    return Timing(seconds, sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000,
+                  {name: [d[name] for d in batches if name in d] for name in {n for d in batches for n in d}})
 
 
 def _reader(spark, fmt: str, bootstrap: str, topic: str, max_offsets: int | None = None):
