@@ -155,3 +155,28 @@ def test_transactions_tool_lists_and_aborts_a_sinks_open_transactions(kafka, new
     assert _open(kafka.bootstrap, prefix) == []
     produce(kafka.bootstrap, topic, [b"after"])
     assert [r.value for r in consume_all(kafka.bootstrap, topic)] == [b"after"]
+
+
+def test_batch_write_of_null_and_mixed_keys_headers_and_partitions(spark, kafka, new_topic):
+    # Each column of the column-wise produce loop in every shape a row can have: a null
+    # key, a null partition (the partitioner chooses), null, empty and several headers.
+    topic = new_topic(3)
+    rows = []
+    for i in range(600):
+        key = None if i % 5 == 0 else f"k{i}"
+        partition = None if i % 2 else i % 3
+        headers = [None, [], [("a", b"1")], [("a", b"1"), ("b", None)]][i % 4]
+        rows.append((key, f"{i}|v", partition, headers))
+    df = spark.createDataFrame(rows, "key string, value string, partition int, "
+                                     "headers array<struct<key:string,value:binary>>").repartition(2)
+    prefix = f"mixed-{topic}"
+    _writer(df, kafka.bootstrap, topic, prefix).save()
+    by_index = {int(r.value.split(b"|")[0]): r for r in consume_all(kafka.bootstrap, topic)}
+    assert sorted(by_index) == list(range(600))
+    for i, record in by_index.items():
+        key, partition, headers = rows[i][0], rows[i][2], rows[i][3]
+        assert record.key == (key.encode() if key is not None else None), i
+        if partition is not None:
+            assert record.partition == partition, i
+        assert (record.headers or []) == [(k, v) for k, v in (headers or [])], i
+    assert _open(kafka.bootstrap, prefix) == []

@@ -165,8 +165,10 @@ class _ScriptedProducer:
     def begin_transaction(self):
         self.calls.append("begin")
 
-    def produce(self, topic, value, **kwargs):
-        self.calls.append(("produce", topic, value, kwargs.get("key")))
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0, headers=None):
+        # confluent_kafka.Producer.produce's signature: the writer passes key and
+        # partition positionally.
+        self.calls.append(("produce", topic, value, key))
 
     def poll(self, timeout=0):
         self.calls.append("poll")
@@ -274,3 +276,17 @@ def test_settings_the_coordinator_client_cannot_use_are_refused_with_the_options
         SinkConfig.from_options(opts, SCHEMA)
     SinkConfig.from_options({**opts, "deliveryGuarantee": "at_least_once"}, SCHEMA)  # no coordinator client
 
+
+def test_header_lists_reads_each_rows_headers_from_the_flat_columns():
+    import pyarrow as pa
+
+    from kafka_eos_ds.sink.task_writer import _header_lists
+
+    kind = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    column = pa.chunked_array([
+        pa.array([[{"key": "a", "value": b"1"}], None], kind),
+        pa.array([[], [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]], kind),
+    ])
+    assert _header_lists(column) == [[("a", b"1")], None, None, [("a", b"1"), ("b", None)]]
+    # A slice keeps its parent's offsets: the rows must still line up.
+    assert _header_lists(column.chunk(1).slice(1)) == [[("a", b"1"), ("b", None)]]

@@ -59,10 +59,14 @@ PROFILES = {
     "full": Profile((100, 1024, 10240), 4, (1, 8, 16, 32), (10, 3, 30), 100_000_000, 5_000, 2),
 }
 
+# Sink workloads by the columns they write (workloads.sink_write's ``columns``).
+SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
+
 # Project targets: (workload, variant) -> [(against, minimum ratio)].
 TARGETS = {
     ("source", "kafka_eos"): [("builtin", 1.0)],
     ("sink", "kafka_eos exactly_once"): [("builtin", 0.9)],
+    ("sink headers", "kafka_eos exactly_once"): [("builtin", 0.9)],
     ("pipeline", "kafka_eos exactly_once"): [("builtin", 0.8), ("raw", 0.5)],
 }
 
@@ -88,6 +92,12 @@ class Measurement:
     seconds: list = field(default_factory=list)
     in_batches_s: list = field(default_factory=list)
     commit_s: list = field(default_factory=list)
+    # The per-batch timeline (kafka_eos: its steps, formats._TimedCommit; streaming:
+    # Spark's durationMs of each micro-batch), every batch of every run.
+    prepare_s: list = field(default_factory=list)
+    task_s: list = field(default_factory=list)
+    task_input_s: list = field(default_factory=list)
+    spark_ms: dict = field(default_factory=dict)
     load: list = field(default_factory=list)
     failures: list = field(default_factory=list)
     worker_peak_mb: float = 0.0
@@ -117,7 +127,10 @@ def _records_for(profile: Profile, size: int) -> int:
 def plan(profile: Profile, scaling: bool = True) -> list[Config]:
     """The main matrix, then the partition and micro-batch scaling points (1 KiB records)."""
     everything = ("source", "sink", "pipeline")
-    configs = [Config(s, profile.partitions, profile.batches[0], _records_for(profile, s), everything, True)
+    # The main matrix also writes each record's value alone and with a header, next to
+    # the keyed write ("sink", key + value: what most pipelines write).
+    main = ("source", *SINK_COLUMNS, "pipeline")
+    configs = [Config(s, profile.partitions, profile.batches[0], _records_for(profile, s), main, True)
                for s in profile.sizes]
     if scaling:
         configs += [Config(1024, p, profile.batches[0], _records_for(profile, 1024), everything, False)
@@ -143,7 +156,7 @@ def estimate_s(configs: list[Config], profile: Profile, variants_of, warmup: boo
         mb = c.records * c.size / 1e6
         total += 1 + c.records * 3e-6 + mb * 0.02  # seeding the input topic
         for workload, variant in variants_of(c):
-            kind = "raw" if variant == "raw" else workload
+            kind = "raw" if variant == "raw" else "sink" if workload in SINK_COLUMNS else workload
             batches = c.batches if workload == "pipeline" else 1
             run = _FIXED[kind] + c.records * _PER_RECORD[kind] + mb * 0.01
             run += c.partitions * batches * _PER_TASK.get((kind, variant != "builtin"), 0.0)
@@ -196,11 +209,6 @@ class Runner:
             ("source", "kafka_eos"): lambda _: w.source_read(spark, w.EOS, bs, topic),
             ("source", "builtin"): lambda _: w.source_read(spark, w.BUILTIN, bs, topic),
             ("source", "raw"): lambda _: w.raw("consume", bootstrap=bs, topic=topic, partitions=p),
-            ("sink", "kafka_eos exactly_once"): lambda log: w.sink_write(spark, formats.TIMED, bs, n, c.size,
-                                                                        self._out(p), "exactly_once", p, log),
-            ("sink", "kafka_eos at_least_once"): lambda _: w.sink_write(spark, w.EOS, bs, n, c.size, self._out(p),
-                                                                       "at_least_once", p),
-            ("sink", "builtin"): lambda _: w.sink_write(spark, w.BUILTIN, bs, n, c.size, self._out(p), partitions=p),
             ("sink", "raw"): lambda _: w.raw("produce", bootstrap=bs, out_topic=self._out(p), records=n,
                                              size=c.size, partitions=p),
             ("pipeline", "kafka_eos exactly_once"): lambda log: w.pipeline(spark, formats.TIMED, bs, topic,
@@ -209,12 +217,19 @@ class Runner:
             ("pipeline", "raw"): lambda _: w.raw("forward", bootstrap=bs, topic=topic, out_topic=self._out(p),
                                                  partitions=p),
         }
+        for sink, cols in SINK_COLUMNS.items():
+            out[(sink, "kafka_eos exactly_once")] = lambda log, cols=cols: w.sink_write(
+                spark, formats.TIMED, bs, n, c.size, self._out(p), "exactly_once", p, log, cols)
+            out[(sink, "builtin")] = lambda _, cols=cols: w.sink_write(spark, w.BUILTIN, bs, n, c.size, self._out(p),
+                                                                      partitions=p, columns=cols)
+        out[("sink", "kafka_eos at_least_once")] = lambda _: w.sink_write(spark, w.EOS, bs, n, c.size, self._out(p),
+                                                                          "at_least_once", p)
         if self.baseline:
             out[("source", "kafka_eos baseline")] = lambda _: w.source_read(spark, formats.BASELINE, bs, topic)
         keep = {k: v for k, v in out.items() if k[0] in c.workloads
                 and (c.main or k[1] not in ("raw", "kafka_eos at_least_once"))}
         if self.only:
-            keep = {k: v for k, v in keep.items() if any(o == k[0] or o in k[1] for o in self.only)}
+            keep = {k: v for k, v in keep.items() if any(o in (k[0], k[0].split()[0]) or o in k[1] for o in self.only)}
         return keep
 
     def warm_up(self) -> None:
@@ -251,8 +266,15 @@ class Runner:
                 m.seconds.append(seconds)
                 if timing.in_batches:
                     m.in_batches_s.append(timing.in_batches)
+                for name, ms in (timing.batch_ms or {}).items():
+                    m.spark_ms.setdefault(name, []).extend(ms)
                 if commits:
-                    m.commit_s.extend(commits.seconds())
+                    for step in commits.steps():
+                        if step["step"] == "task":
+                            m.task_s.append(step["seconds"])
+                            m.task_input_s.append(step["input_s"])
+                        else:
+                            {"commit": m.commit_s, "prepare": m.prepare_s}[step["step"]].append(step["seconds"])
                 m.worker_peak_mb = max(m.worker_peak_mb, mem.peak_total / 1e6)
                 m.worker_largest_mb = max(m.worker_largest_mb, mem.peak_one / 1e6)
                 batches = f"{c.batches:>3} batches" if key[0] == "pipeline" else " " * 11
@@ -280,11 +302,17 @@ def ratios(results: list[Measurement]) -> list[dict]:
                     "met": None if vs[against] is None else vs[against] >= minimum}
                    for against, minimum in TARGETS.get((m.workload, m.variant), [])]
         p50, p99 = percentile(m.commit_s, 0.5), percentile(m.commit_s, 0.99)
+        timeline = {f"spark {k}": percentile(v, 0.5) for k, v in sorted(m.spark_ms.items())}
+        timeline.update({"prepare": percentile(m.prepare_s, 0.5) and percentile(m.prepare_s, 0.5) * 1000,
+                         "task": percentile(m.task_s, 0.5) and percentile(m.task_s, 0.5) * 1000,
+                         "task input": percentile(m.task_input_s, 0.5) and percentile(m.task_input_s, 0.5) * 1000,
+                         "commit": p50 and p50 * 1000})
         rows.append({**asdict(m), "median_s": m.median, "records_per_s": m.records_per_s, "mb_per_s": m.mb_per_s,
                      "in_batch_records_per_s": m.in_batch_records_per_s,
                      "vs_builtin": vs["builtin"], "vs_raw": vs["raw"], "targets": targets,
                      "commit_p50_ms": p50 and p50 * 1000, "commit_p99_ms": p99 and p99 * 1000,
-                     "load_median": statistics.median(m.load)})
+                     "load_median": statistics.median(m.load),
+                     "timeline_p50_ms": {k: v for k, v in timeline.items() if v is not None}})
     return rows
 
 
@@ -322,9 +350,34 @@ def markdown(rows: list[dict], machine: dict, failed: list[str] = ()) -> str:
                      f"{fmt(r['vs_builtin'])} | {fmt(r['vs_raw'])} | {_target_cell(r['targets'])} | "
                      f"{fmt(r['in_batch_records_per_s'], ',.0f', '')} | {commit} | "
                      f"{r['worker_peak_mb']:.0f} / {r['worker_largest_mb']:.0f} | {r['load_median']:.1f} |")
+    lines += timeline_markdown(rows)
     if failed:
         lines += ["", "Failed runs (left out of the medians):", ""] + [f"* {f}" for f in failed]
     return "\n".join(lines) + "\n"
+
+
+# Columns of the per-batch timeline: Spark's steps of a micro-batch, then kafka_eos's
+# inside addBatch. Medians over every batch of every run, in ms.
+TIMELINE = [("spark triggerExecution", "batch"), ("spark latestOffset", "latestOffset"),
+            ("spark queryPlanning", "planning"), ("spark walCommit", "walCommit"), ("spark addBatch", "addBatch"),
+            ("prepare", "sink prepare"), ("task", "task"), ("task input", "task: waiting for input"),
+            ("commit", "sink commit"), ("spark commitOffsets", "commitOffsets")]
+
+
+def timeline_markdown(rows: list[dict]) -> list[str]:
+    """The per-batch timeline of the pipeline rows (medians per micro-batch, ms)."""
+    rows = [r for r in rows if r["workload"] == "pipeline" and r.get("timeline_p50_ms")]
+    if not rows:
+        return []
+    lines = ["", "Per-batch timeline of the pipeline (median ms per micro-batch; task: one task's write, "
+             "input included):", "",
+             "| variant | record | partitions | batches | " + " | ".join(label for _, label in TIMELINE) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(TIMELINE)]
+    for r in rows:
+        cells = [r["timeline_p50_ms"].get(key) for key, _ in TIMELINE]
+        lines.append(f"| {r['variant']} | {r['size']} B | {r['partitions']} | {r['batches']} | "
+                     + " | ".join("" if c is None else f"{c:.0f}" for c in cells) + " |")
+    return lines
 
 
 def _save(plt, fig, path: Path) -> Path:

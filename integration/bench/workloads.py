@@ -29,6 +29,7 @@ EOS = "kafka_eos"
 class Timing:
     seconds: float                        # wall clock: query or job start to its end
     in_batches: float | None = None       # streaming: the sum of the micro-batches' trigger time
+    batch_ms: dict | None = None          # streaming: Spark's durationMs steps, one value per micro-batch
 
 
 def _streaming(query, started: float) -> Timing:
@@ -36,7 +37,9 @@ def _streaming(query, started: float) -> Timing:
     (for a Python source, Spark starts a fresh Python process for the driver-side reader)."""
     query.awaitTermination()
     seconds = time.perf_counter() - started
-    return Timing(seconds, sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000)
+    batches = [p["durationMs"] for p in query.recentProgress if p["numInputRows"] > 0]
+    return Timing(seconds, sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress) / 1000,
+                  {name: [d[name] for d in batches if name in d] for name in {n for d in batches for n in d}})
 
 
 def _reader(spark, fmt: str, bootstrap: str, topic: str, max_offsets: int | None = None):
@@ -69,11 +72,13 @@ def source_read(spark, fmt: str, bootstrap: str, topic: str, **_) -> Timing:
 
 def sink_write(spark, fmt: str, bootstrap: str, records: int, size: int, out_topic: str,
                guarantee: str = "exactly_once", partitions: int = 4, commits: CommitLog | None = None,
-               **_) -> Timing:
-    """Write ``records`` generated rows (key, value of ``size`` bytes) as a batch job."""
-    df = (spark.range(0, records, 1, partitions)
-          .selectExpr("cast(id % 1000 as string) as key",
-                      f"concat(cast(id as string), '|', repeat('x', {max(size - 12, 1)})) as value"))
+               columns: str = "key,value", **_) -> Timing:
+    """Write ``records`` generated rows as a batch job: ``columns`` of key (1-3 bytes),
+    value (``size`` bytes) and headers (one 'trace' header of ~8 bytes)."""
+    exprs = {"key": "cast(id % 1000 as string) as key",
+             "value": f"concat(cast(id as string), '|', repeat('x', {max(size - 12, 1)})) as value",
+             "headers": "array(named_struct('key', 'trace', 'value', cast(cast(id as string) as binary))) as headers"}
+    df = spark.range(0, records, 1, partitions).selectExpr(*(exprs[c] for c in columns.split(",")))
     # Python data sources accept only append/overwrite save modes (a Spark rule).
     writer = df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
     writer = _eos_options(writer, fmt, commits, guarantee)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from itertools import islice, repeat
 from typing import Any, Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
@@ -168,20 +169,19 @@ class _PartitionWriter:
         if topic is None:
             raise ConfigError("A row has a null 'topic' and the option 'topic' is not set; filter such rows "
                               "out or set the option.")
-        kwargs = {}
-        if key is not None:
-            kwargs["key"] = key
-        if partition is not None:
-            kwargs["partition"] = partition
-        if headers:
-            kwargs["headers"] = [(h["key"], h["value"]) for h in headers]
+        part = -1 if partition is None or partition < 0 else partition  # -1: the partitioner chooses
         while True:
             try:
-                self.producer.produce(topic, value, **kwargs)
+                if headers:
+                    self.producer.produce(topic, value, key, part, headers=headers)
+                else:
+                    self.producer.produce(topic, value, key, part)
                 return
             except BufferError:
-                # The local queue is full: serve delivery reports until there is room.
-                self.producer.poll(0.05)
+                # The local queue is full: wait for room. Short waits: with error-only
+                # delivery reports a poll has nothing to return early for, and the queue
+                # drains in a few milliseconds.
+                self.producer.poll(0.005)
             except KafkaException as exc:
                 raise _translate(exc, self.config, topic, self.conf, self.producer) from exc
 
@@ -196,21 +196,35 @@ class _PartitionWriter:
         def column(i: int) -> Any:
             return batch.column(i).to_pylist() if i >= 0 else None
 
-        values, keys, topics, parts, headers = (column(cols.value), column(cols.key), column(cols.topic),
-                                                column(cols.partition), column(cols.headers))
+        values, keys, topics, parts = column(cols.value), column(cols.key), column(cols.topic), column(cols.partition)
+        headers = _header_lists(batch.column(cols.headers)) if cols.headers >= 0 else None
         fixed_topic = self.config.topic
         produce = self.producer.produce
+        # Tight loops over the columns with positional arguments (keyword arguments cost
+        # a dict per record); the slow path (_produce) handles a full queue, a null topic
+        # and client errors for the one record that raised, which was not queued.
         if keys is None and parts is None and headers is None and fixed_topic is not None:
-            # The common case as a tight loop: one topic, value (and nothing else).
             for value in values:
                 try:
                     produce(fixed_topic, value)
-                except Exception:  # BufferError or KafkaException: the slow path handles both
+                except Exception:
                     self._produce(fixed_topic, value, None, None, None)
+        elif parts is None and headers is None and fixed_topic is not None:
+            for value, key in zip(values, keys, strict=True):
+                try:
+                    produce(fixed_topic, value, key)
+                except Exception:
+                    self._produce(fixed_topic, value, key, None, None)
         else:
-            for i in range(n):
-                self._produce(fixed_topic or topics[i], values[i], keys[i] if keys else None,
-                              parts[i] if parts else None, headers[i] if headers else None)
+            rows = zip(repeat(fixed_topic) if fixed_topic is not None else topics, values,
+                       keys if keys is not None else repeat(None),
+                       [-1 if p is None else p for p in parts] if parts is not None else repeat(-1),
+                       headers if headers is not None else repeat(None), strict=False)  # repeat() is endless
+            for topic, value, key, part, header in rows:
+                try:
+                    produce(topic, value, key, part, headers=header)
+                except Exception:
+                    self._produce(topic, value, key, part, header)
         self.records += n
         self.producer.poll(0)
 
@@ -221,10 +235,24 @@ class _PartitionWriter:
                 self._open()
             headers = _field(row, cols.headers)
             if headers:
-                headers = [{"key": h["key"], "value": _immutable(h["value"])} for h in headers]
+                headers = [(h["key"], _immutable(h["value"])) for h in headers]
             self._produce(self.config.topic or _field(row, cols.topic), _immutable(_field(row, cols.value)),
                           _immutable(_field(row, cols.key)), _field(row, cols.partition), headers)
             self.records += 1
+
+
+def _header_lists(column: Any) -> list[Any]:
+    """Each row's headers as ``[(key, value), ...]`` (None for null or empty), cut from the
+    list column's flattened key and value children instead of a dict per header."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    flat = column.flatten()  # honours slicing, drops the entries of null lists
+    pairs = iter(zip(flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+    return [list(islice(pairs, length)) if length else None
+            for length in pc.list_value_length(column).to_pylist()]
 
 
 def _field(row: Any, index: int) -> Any:
