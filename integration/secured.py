@@ -24,6 +24,20 @@ from kafka_eos_tools.broker.cluster import EmbeddedKafka
 from kafka_eos_tools.broker.security import USERS
 
 COMMIT_LOG = "_kafka_eos_commit_log"
+# The sink reads its commit log with a consumer of this group (assigned partitions, no
+# subscription), which librdkafka still looks the coordinator up for: a user needs READ on it.
+COMMIT_LOG_READER = "kafka-eos-commit-log-reader"
+
+# Imported first by every Python process of a driver run (the driver and Spark's Python
+# workers, where the sink's driver side and the tasks run), so the kafka_eos_ds loggers
+# print at DEBUG into the run's captured output.
+_SITECUSTOMIZE = """import logging, sys
+_handler = logging.StreamHandler(sys.stderr)
+_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"))
+_log = logging.getLogger("kafka_eos_ds")
+_log.addHandler(_handler)
+_log.setLevel(logging.DEBUG)
+"""
 
 
 def start_secured(directory: Path, security: str, acls: bool = False) -> Iterator[EmbeddedKafka]:
@@ -71,7 +85,9 @@ def grant(cluster: EmbeddedKafka, user: str, pipe: Pipeline, *, transactional_id
     """The ACLs ``user`` needs to run ``pipe``, less what a test leaves out."""
     cluster.create_acls(user, read_topics=[pipe.input, COMMIT_LOG],
                         write_topics=[COMMIT_LOG] + ([pipe.output] if write_output else []),
-                        groups=[pipe.group], transactional_id_prefix=pipe.prefix if transactional_ids else None)
+                        # Without WRITE the output stays visible: the denial is then about writing.
+                        describe_topics=[] if write_output else [pipe.output],
+                        groups=[pipe.group, COMMIT_LOG_READER], transactional_id_prefix=pipe.prefix if transactional_ids else None)
 
 
 @dataclass
@@ -91,11 +107,16 @@ def run_driver(pipe: Pipeline, options: dict, work: Path, sink_format: str = "ka
         json.dump({"format": sink_format, "options": options, "input": pipe.input, "output": pipe.output,
                    "group": pipe.group, "prefix": pipe.prefix, "checkpoint": str(work / "checkpoint"),
                    "result": str(work / "result.json"), "timeout": timeout - 60}, fh)
+    site = work / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), repo, os.environ.get("PYTHONPATH", "")])}
     log_file = work / "driver.log"
     with open(log_file, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "integration.secured_pipeline", str(spec)], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                cwd=str(Path(__file__).resolve().parents[1]))
+                                cwd=repo, env=env)
         try:
             rc: Optional[int] = proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -242,7 +242,8 @@ class EmbeddedKafka:
         return sec.java_options(self.security, self.material, self.bootstrap, user, mechanism, truststore)
 
     def create_acls(self, user: str, *, read_topics: tuple[str, ...] | list[str] = (),
-                    write_topics: tuple[str, ...] | list[str] = (), groups: tuple[str, ...] | list[str] = (),
+                    write_topics: tuple[str, ...] | list[str] = (), describe_topics: tuple[str, ...] | list[str] = (),
+                    groups: tuple[str, ...] | list[str] = (),
                     transactional_id_prefix: str | None = None, idempotent_write: bool = False,
                     timeout: float = 30.0) -> None:
         """Allow ``user`` what a pipeline needs (see :func:`.security.pipeline_acls`)."""
@@ -250,7 +251,8 @@ class EmbeddedKafka:
 
         from kafka_eos_ds.kafka.config import logged
 
-        bindings = sec.pipeline_acls(user, read_topics=read_topics, write_topics=write_topics, groups=groups,
+        bindings = sec.pipeline_acls(user, read_topics=read_topics, write_topics=write_topics,
+                                     describe_topics=describe_topics, groups=groups,
                                      transactional_id_prefix=transactional_id_prefix,
                                      idempotent_write=idempotent_write)
         if not bindings:

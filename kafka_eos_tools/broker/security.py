@@ -290,11 +290,12 @@ def _mechanism(mechanism: str) -> str:
 
 # -- ACLs --------------------------------------------------------------------------
 def pipeline_acls(user: str, *, read_topics: Iterable[str] = (), write_topics: Iterable[str] = (),
-                  groups: Iterable[str] = (), transactional_id_prefix: str | None = None,
-                  idempotent_write: bool = False) -> list:
+                  describe_topics: Iterable[str] = (), groups: Iterable[str] = (),
+                  transactional_id_prefix: str | None = None, idempotent_write: bool = False) -> list:
     """ACL bindings (confluent-kafka ``AclBinding``) allowing ``user`` what a pipeline does:
     read/describe its input, write/describe its output (and the commit log), read its
-    consumer group, write/describe transactional ids under a prefix."""
+    consumer group, write/describe transactional ids under a prefix. ``describe_topics``:
+    topics the user may see but neither read nor write."""
     from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
     principal = f"User:{user}"
@@ -310,6 +311,9 @@ def pipeline_acls(user: str, *, read_topics: Iterable[str] = (), write_topics: I
     for topic in write_topics:
         bindings += [allow(ResourceType.TOPIC, topic, op)
                      for op in (AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS)]
+    for topic in describe_topics:
+        bindings += [allow(ResourceType.TOPIC, topic, op)
+                     for op in (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS)]
     for group in groups:
         bindings += [allow(ResourceType.GROUP, group, op) for op in (AclOperation.READ, AclOperation.DESCRIBE)]
     if transactional_id_prefix is not None:
