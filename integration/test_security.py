@@ -4,7 +4,7 @@ the built-in ``format("kafka")``: with the Java client's option names.
 Each run reads an input topic with ``format("kafka_eos")``, writes the output with
 ``format("kafka_eos")`` exactly once (``availableNow``, several micro-batches), and the
 output is audited as a read_committed reader: every input record once, no duplicate, no
-loss. Each run's complete driver output (Spark's log at INFO, the ``kafka_eos_ds``
+loss. Each run's complete driver output (Spark's log, the ``kafka_eos_ds``
 loggers at DEBUG, the query's exception and progress) must hold none of the cluster's
 secrets. Users without a needed ACL get an error naming the missing authorization, and
 nothing of their batch becomes visible.
