@@ -28,8 +28,9 @@ class Record:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
-                 config: Optional[dict] = None) -> str:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+                 config: Optional[dict] = None, client: Optional[dict] = None) -> str:
+    """``client``: extra client settings (a secured cluster's admin credentials)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     fut = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
                               operation_timeout=30)
     fut[name].result(60)
@@ -72,8 +73,9 @@ def produce(bootstrap: str, topic: str, records: Iterable[Any], **conf: Any) -> 
     return count
 
 
-def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("offsets"),
+def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed",
+                client: Optional[dict] = None) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": unique_name("offsets"),
                          "isolation.level": isolation, "enable.auto.commit": False})
     try:
         md = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -84,9 +86,9 @@ def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -
 
 
 def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed",
-                timeout: float = 30.0) -> list[Record]:
-    ends = end_offsets(bootstrap, topic, isolation)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("audit"),
+                timeout: float = 30.0, client: Optional[dict] = None) -> list[Record]:
+    ends = end_offsets(bootstrap, topic, isolation, client)
+    consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": unique_name("audit"),
                          "isolation.level": isolation, "enable.auto.commit": False,
                          "enable.partition.eof": True})
     out: list[Record] = []

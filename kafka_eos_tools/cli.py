@@ -1,6 +1,7 @@
 """The ``kafka-eos`` command line: the product's operator commands plus the tooling's.
 
     kafka-eos broker start [--brokers N] [--dir DIR] [--kafka-version V] [--port P]
+                           [--security plaintext|sasl|ssl|mtls|sasl_ssl] [--acls]
     kafka-eos broker stop  [--dir DIR]
     kafka-eos broker kill|restart --node N [--dir DIR]
     kafka-eos broker status [--dir DIR]
@@ -19,6 +20,7 @@ import sys
 from typing import Sequence
 
 from kafka_eos_ds import cli as product_cli
+from kafka_eos_tools.broker.security import Security
 
 DEFAULT_BROKER_DIR = ".kafka-eos/broker"
 
@@ -32,6 +34,11 @@ def _broker_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     start.add_argument("--dir", default=DEFAULT_BROKER_DIR, help="state, data and logs (default: %(default)s)")
     start.add_argument("--kafka-version", default=None, help="pinned Kafka line: 4.1 (default) or 3.9")
     start.add_argument("--port", type=int, default=None, help="first client port (default: free ports)")
+    start.add_argument("--security", default="plaintext", choices=[s.value for s in Security],
+                       help="client listener: plaintext (default), sasl (PLAIN, SCRAM-SHA-256/512), ssl, "
+                            "mtls (client certificates required) or sasl_ssl; credentials in DIR/security")
+    start.add_argument("--acls", action="store_true",
+                       help="StandardAuthorizer, no access without an ACL (admin is the super user)")
     start.set_defaults(run=_broker_start)
 
     stop = actions.add_parser("stop", help="stop every node started in --dir")
@@ -56,10 +63,15 @@ def _broker_start(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     cluster = EmbeddedKafka(args.dir, brokers=args.brokers, kafka_version=args.kafka_version,
-                            base_port=args.port)
+                            base_port=args.port, security=args.security, acls=args.acls)
     bootstrap = cluster.start()
     print(f"Kafka {cluster.kafka_version}, {len(cluster.nodes)} node(s), ready in "
           f"{time.monotonic() - started:.1f}s; state in {cluster.directory}", file=sys.stderr)
+    if cluster.material is not None:
+        # Where the secrets are, never the secrets themselves.
+        print(f"{cluster.security.protocol} client listener{' with ACLs' if cluster.acls else ''}; users "
+              f"admin (super user), alice, bob; passwords in {cluster.material.credentials_path}, certificates "
+              f"in {cluster.material.directory}", file=sys.stderr)
     print(bootstrap, flush=True)
     return 0
 

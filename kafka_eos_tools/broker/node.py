@@ -13,6 +13,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 from kafka_eos_ds.errors import BrokerError
 
@@ -27,6 +28,8 @@ class Node:
     controller_port: int
     directory: str
     pid: int | None = None
+    # Secured clusters only: the PLAINTEXT inter-broker listener (security.py says why).
+    internal_port: int | None = None
 
     @property
     def path(self) -> Path:
@@ -54,19 +57,41 @@ def java_binary() -> str:
     return found
 
 
-def server_properties(node: Node, voters: str, replication: int) -> str:
+def server_properties(node: Node, voters: str, replication: int, client_protocol: str = "PLAINTEXT",
+                      secured: dict[str, Any] | None = None) -> str:
     """The broker config. Replication settings follow the cluster size so a 3-node
-    cluster has RF 3 / min ISR 2 everywhere, including the transaction state log."""
+    cluster has RF 3 / min ISR 2 everywhere, including the transaction state log.
+
+    With a ``client_protocol`` other than PLAINTEXT, clients get a CLIENT listener of that
+    protocol on the node's port and brokers talk over a PLAINTEXT INTERNAL listener on
+    ``internal_port``; ``secured`` holds that listener's settings (security.py)."""
     min_isr = min(2, replication)
+    controller = f"CONTROLLER://127.0.0.1:{node.controller_port}"
+    if client_protocol == "PLAINTEXT":
+        listeners = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},{controller}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+        }
+    else:
+        if node.internal_port is None:
+            raise BrokerError(f"Kafka node {node.node_id} has no inter-broker port; a secured cluster needs one.")
+        client, internal = f"CLIENT://127.0.0.1:{node.port}", f"INTERNAL://127.0.0.1:{node.internal_port}"
+        listeners = {
+            "listeners": f"{client},{internal},{controller}",
+            "advertised.listeners": f"{client},{internal}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map":
+                f"CLIENT:{client_protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+        }
     lines = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
-        "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name": "PLAINTEXT",
+        **listeners,
         "log.dirs": str(node.path / "data"),
         "default.replication.factor": replication,
         "min.insync.replicas": min_isr,
@@ -85,17 +110,21 @@ def server_properties(node: Node, voters: str, replication: int) -> str:
         "background.threads": 4,
         "log.cleaner.threads": 1,
         "unclean.leader.election.enable": "false",
+        **(secured or {}),
     }
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-def format_storage(node: Node, classpath: str, cluster_id: str) -> None:
+def format_storage(node: Node, classpath: str, cluster_id: str, extra_args: Sequence[str] = ()) -> None:
+    """Format the node's KRaft storage once; ``extra_args`` (e.g. ``--add-scram``) apply."""
     if (node.path / "data" / "meta.properties").exists():
         return
     cmd = [java_binary(), "-Xmx256m", "-cp", classpath, "kafka.tools.StorageTool", "format",
-           "-t", cluster_id, "-c", str(node.path / "server.properties")]
+           # '=' form: a random cluster id may start with '-', which argparse takes for an option.
+           f"--cluster-id={cluster_id}", "-c", str(node.path / "server.properties"), *extra_args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
+        # The arguments may hold SCRAM passwords: the message names none of them.
         raise BrokerError(f"Formatting KRaft storage of node {node.node_id} failed:\n{proc.stdout}{proc.stderr}")
 
 

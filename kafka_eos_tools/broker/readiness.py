@@ -11,15 +11,18 @@ from kafka_eos_ds.kafka.config import logged
 READY_TOPIC = "_kafka_eos_ready"
 
 
-def check_transactional_write(bootstrap: str, replication: int, timeout: float = 30.0) -> None:
-    admin = AdminClient(logged({"bootstrap.servers": bootstrap}))
+def check_transactional_write(bootstrap: str, replication: int, timeout: float = 30.0,
+                              conf: dict | None = None) -> None:
+    """``conf``: the admin's client settings on a secured cluster (they name the bootstrap)."""
+    conf = {"bootstrap.servers": bootstrap, **(conf or {})}
+    admin = AdminClient(logged(conf))
     futures = admin.create_topics([NewTopic(READY_TOPIC, 1, replication)], operation_timeout=timeout)
     try:
         futures[READY_TOPIC].result(timeout)
     except KafkaException as exc:
         if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
             raise BrokerError(f"Creating the readiness topic failed: {exc}") from exc
-    producer = Producer(logged({"bootstrap.servers": bootstrap, "transactional.id": "kafka-eos-readiness",
+    producer = Producer(logged({**conf, "transactional.id": "kafka-eos-readiness",
                                 "transaction.timeout.ms": 60000}))
     try:
         producer.init_transactions(timeout)
