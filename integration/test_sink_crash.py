@@ -1,4 +1,4 @@
-"""Crash injection against the exactly-once sink (the crash points of docs/guarantees.md: 1-5, 7, 8, 9).
+"""Crash injection against the exactly-once sink (the crash points of docs/guarantees.md: 1-5, 7-11).
 
 Each scenario runs the pipeline (kafka_eos source -> upper(value) -> kafka_eos sink)
 as a driver subprocess, injects a fault at one exact point of batch 1, restarts it from
@@ -11,12 +11,13 @@ between the runs too.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 
 import pytest
 from confluent_kafka import Producer
 
-from integration.helpers import consume_all
+from integration.helpers import consume_all, end_offsets
 from integration.sink_runs import assert_crashed, run_pipeline, seed
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo.chaos import TailingReader
@@ -78,8 +79,8 @@ def _visible_once_markers_land(p, at_least):
     return visible
 
 
-def _finishes_exactly_once(p):
-    run = p.run()
+def _finishes_exactly_once(p, timeout=150.0):
+    run = p.run(timeout=timeout)
     assert run.returncode == 0, run.log[-3000:]
     report = p.audit()
     assert report.ok, report.table()
@@ -182,7 +183,8 @@ def test_8_decided_transaction_lost_to_the_timeout_fails_the_query_loudly(pipeli
 
 
 def test_9_zombie_writers_are_fenced_and_never_visible(pipeline):
-    # Two zombies: an old attempt of task 0, and task 5 of a run that had more tasks.
+    # Two zombies created before the run: an old attempt of task 0, and task 5 of a run
+    # that had more tasks. (Zombies created during the run: test_9b.)
     zombies = []
     for tid in (f"{pipeline.prefix}-0-0", f"{pipeline.prefix}-5-0"):
         producer = Producer({"bootstrap.servers": pipeline.bootstrap, "transactional.id": tid})
@@ -198,3 +200,102 @@ def test_9_zombie_writers_are_fenced_and_never_visible(pipeline):
         with pytest.raises(Exception, match="(?i)fenc|epoch"):
             producer.produce(pipeline.output, b"zombie|late")
             producer.commit_transaction(30)
+
+
+def _ongoing(p):
+    return sorted(t.transactional_id for t in list_transactions(p.conf, p.prefix) if t.state == "Ongoing")
+
+
+def _when_ongoing(p, batch_visible, wanted, act, timeout=400.0):
+    """In a thread: once ``batch_visible`` records are visible (the batches before have
+    committed) and the ids ``wanted`` are Ongoing (the next batch's pre-committed ones),
+    call ``act()``; what it returns is kept in ``box``."""
+    box: dict = {}
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if set(wanted) <= set(_ongoing(p)) and len(p.visible()) >= batch_visible:
+                box["result"] = act()
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _open_transaction(bootstrap, topic, tid):
+    """A writer on ``tid`` that initialises it (bumping its epoch: whatever was open under
+    it is aborted) and leaves a transaction of its own open."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"zombie|" + tid.encode())
+    producer.flush(30)
+    return producer
+
+
+def test_9b_a_zombie_on_the_live_id_during_the_run_refuses_the_batch_and_the_rerun_is_exactly_once(pipeline):
+    """Transactional ids repeat across batches and runs: a zombie of an earlier batch
+    initialising the id of a live, pre-committed transaction aborts it. The driver sees
+    the transaction no longer open under the task's epoch and refuses the batch before
+    the decision (not: decide, lose that transaction, commit the others, and fail every
+    restart); the restart runs the batch again."""
+    # Task 0 of batch 1 holds its pre-committed transaction open for a while ...
+    fault = "task-after-precommit@1#0:sleep15"
+    # ... while a zombie initialises its id.
+    live = f"{pipeline.prefix}-0-0"
+    watcher, box = _when_ongoing(pipeline, BATCH, [live],
+                                 lambda: _open_transaction(pipeline.bootstrap, pipeline.output, live))
+    run = pipeline.run(fault, timeout=400)
+    watcher.join(10)
+    assert box.get("result") is not None, "the zombie did not get to initialise the live id"
+    assert run.returncode != 0, run.log[-3000:]
+    assert "was not committed" in run.log and "TransactionLostError" not in run.log, run.log[-3000:]
+    assert "another writer" in run.log
+    assert len(pipeline.visible()) == BATCH          # nothing of batch 1
+    assert pipeline.open_ids() == []                 # abort fenced the batch and the zombie's transaction
+    _finishes_exactly_once(pipeline, timeout=400)
+    assert not any(r.value.startswith(b"zombie") for r in pipeline.visible())
+    with pytest.raises(Exception, match="(?i)fenc|epoch"):
+        box["result"].produce(pipeline.output, b"zombie|late")
+        box["result"].commit_transaction(30)
+
+
+def test_10_a_batch_that_outlived_its_transaction_timeout_is_refused_before_the_decision(pipeline):
+    """A batch longer than kafka.transaction.timeout.ms (the broker aborts its
+    transactions) is never decided: nothing of it is visible, the error names the options
+    to change, and the restart runs it again."""
+    options = ["kafka.transaction.timeout.ms=30000"]
+    # 50 s: the 30 s timeout plus the broker's abort sweep (every 10 s) and room to spare.
+    run = pipeline.run("driver-before-decision@1:sleep50", sink_options=options, timeout=400)
+    assert run.returncode != 0, run.log[-3000:]
+    assert "was not committed" in run.log and "TransactionLostError" not in run.log, run.log[-3000:]
+    assert "kafka.transaction.timeout.ms" in run.log and "maxOffsetsPerTrigger" in run.log
+    assert len(pipeline.visible()) == BATCH          # batch 0 only: nothing of batch 1
+    assert pipeline.open_ids() == []
+    _finishes_exactly_once(pipeline, timeout=400)
+
+
+def test_11_a_losing_attempt_left_open_is_fenced_after_the_commit(pipeline):
+    """A losing attempt of speculation with a higher attempt number than the winner's
+    pre-commits and stays open (Spark kills it, no one aborts it): its open transaction
+    holds back every read_committed reader of the partition. It is simulated here (local
+    Spark runs no speculative copies) by a writer on the id of attempt 1 of task 0 that
+    opens a transaction while the last batch waits for its decision. After the run no
+    transaction of the sink is left open and the read_committed end is the high watermark."""
+    loser = f"{pipeline.prefix}-0-1"
+    winners = [f"{pipeline.prefix}-0-0", f"{pipeline.prefix}-1-0"]
+    watcher, box = _when_ongoing(pipeline, 3 * BATCH, winners,
+                                 lambda: _open_transaction(pipeline.bootstrap, pipeline.output, loser))
+    run = pipeline.run("driver-before-decision@3:sleep10", timeout=400)
+    watcher.join(10)
+    assert box.get("result") is not None, "the losing attempt was not started during the last batch"
+    assert run.returncode == 0, run.log[-3000:]
+    assert _ongoing(pipeline) == []
+    assert end_offsets(pipeline.bootstrap, pipeline.output) == end_offsets(pipeline.bootstrap, pipeline.output,
+                                                                           "read_uncommitted")
+    report = pipeline.audit()
+    assert report.ok and report.unique_out == RECORDS, report.table()
+    assert not any(r.value.startswith(b"zombie") for r in pipeline.visible())

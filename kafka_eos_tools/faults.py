@@ -3,7 +3,8 @@
 ``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][:action]"``, several separated
 by ``,``. Actions: ``kill`` (default: SIGKILL this process; at ``driver-*`` points also
 the JVM driver's process group, so start the driver in its own session), ``exit``
-(``os._exit(1)``), ``raise``. ``commit-raise`` raises by default.
+(``os._exit(1)``), ``raise``, ``sleep<seconds>`` (a slow step: ``sleep20``). ``commit-raise``
+raises by default.
 
 :func:`environment` gives the variables that switch this on in a Spark driver process
 and all its workers (the product loads :func:`inject` through ``KAFKA_EOS_FAULT_HOOK``).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from typing import Optional
 
 from kafka_eos_ds.twophase.faults import HOOK_ENV
@@ -51,6 +53,9 @@ def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] 
 
 
 def _act(point: str, action: str) -> None:
+    if action.startswith("sleep") and action[5:].isdigit():
+        time.sleep(int(action[5:]))
+        return
     if action == "raise":
         raise InjectedFault(f"injected fault at {point}")
     if action == "exit":

@@ -290,3 +290,42 @@ def test_header_lists_reads_each_rows_headers_from_the_flat_columns():
     assert _header_lists(column) == [[("a", b"1")], None, None, [("a", b"1"), ("b", None)]]
     # A slice keeps its parent's offsets: the rows must still line up.
     assert _header_lists(column.chunk(1).slice(1)) == [[("a", b"1"), ("b", None)]]
+
+
+def test_unfit_names_each_transaction_that_can_no_longer_commit_and_the_options_to_change():
+    """Before the decision: still Ongoing under the task's producer id and epoch, with time
+    left before the broker's timeout abort; otherwise the batch is refused."""
+    import time
+
+    from kafka_eos_ds.kafka.coordinator import TxnState
+    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.twophase import Participant
+
+    now_ms = int(time.time() * 1000)
+    states = {
+        "etl-0-0": TxnState("etl-0-0", "Ongoing", 7, 3, now_ms - 1_000, 60_000),        # fine
+        "etl-1-0": TxnState("etl-1-0", "Ongoing", 8, 3, now_ms - 55_000, 60_000),       # 5 s left
+        "etl-2-0": TxnState("etl-2-0", "Empty", 9, 4, -1, 60_000),                      # fenced by a zombie
+        "etl-3-0": TxnState("etl-3-0", "CompleteAbort", 10, 3, now_ms - 70_000, 60_000),
+    }
+
+    class Coordinator:
+        def describe_many(self, ids):
+            return {tid: states.get(tid) for tid in ids}
+
+    def part(i, pid, epoch=3):
+        return Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": pid, "epoch": epoch})
+
+    txns = KafkaTransactions(Coordinator(), "etl", 60_000)
+    assert txns.unfit([part(0, 7)], 15) is None
+    problem = txns.unfit([part(0, 7), part(1, 8), part(2, 9), part(3, 10), part(4, 11)], 15)
+    assert problem.startswith("4 of its 5 transaction(s)")
+    assert "etl-0-0" not in problem
+    assert "etl-1-0: open for 55.0s of its 60.0s timeout, 15.0s needed" in problem
+    assert "etl-2-0: now held by producer 9 epoch 4, not the task's 9 epoch 3" in problem
+    assert "etl-3-0: CompleteAbort, not Ongoing" in problem and "etl-4-0: unknown" in problem
+    assert "kafka.transaction.timeout.ms" in problem and "maxOffsetsPerTrigger" in problem
+    # A margin longer than the timeout would refuse every batch: at most half of it.
+    short = KafkaTransactions(Coordinator(), "etl", 8_000)
+    states["etl-5-0"] = TxnState("etl-5-0", "Ongoing", 12, 3, now_ms - 2_000, 8_000)
+    assert short.unfit([part(5, 12)], 15) is None

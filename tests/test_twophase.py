@@ -125,11 +125,19 @@ class FakeLog:
 class FakeParticipants:
     def __init__(self, events, outcomes=None, open_ids=()):
         self.events, self.outcomes, self._open = events, dict(outcomes or {}), list(open_ids)
+        self.checked = []
 
     def commit(self, p):
         self.events.append(("commit", p.id))
         todo = self.outcomes.get(p.id, [Outcome.COMMITTED])
         return todo.pop(0) if len(todo) > 1 else todo[0]
+
+    unfit_reason = None
+
+    def unfit(self, parts, time_needed_s):
+        # Kept apart from events, which record what changes state.
+        self.checked.append((tuple(p.id for p in parts), list(self.events)))
+        return self.unfit_reason
 
     def fence(self, pid):
         self.events.append(("fence", pid))
@@ -169,6 +177,38 @@ def test_commit_writes_the_decision_before_the_first_transaction_and_done_after_
     tpc.commit("q", 1, [part(0), part(1, attempt=2)])
     assert events == [("write", 1, DECIDED), ("commit", "p-0-0"), ("commit", "p-1-2"),
                       ("fence", "p-1-0"), ("fence", "p-1-1"), ("write", 1, DONE)]
+    assert tpc.participants.checked == [(("p-0-0", "p-1-2"), [])]   # checked before anything was written
+
+
+def test_a_batch_whose_participants_cannot_commit_is_refused_before_the_decision():
+    """A participant aborted by its timeout, or taken over by another writer, would be lost
+    after the decision and fail every restart: the batch is refused undecided instead."""
+    tpc, log, events = committer()
+    tpc.participants.unfit_reason = "p-1-0 was aborted; raise kafka.transaction.timeout.ms"
+    with pytest.raises(TransactionError, match="not committed: p-1-0 was aborted.*kafka.transaction") as info:
+        tpc.commit("q", 1, [part(0), part(1)])
+    assert info.value.retriable
+    assert log.latest() is None and events == [] and tpc.participants.checked[0][0] == ("p-0-0", "p-1-0")
+    tpc.abort("q", 1, [part(0), part(1)])      # what Spark does next: both are fenced
+    assert ("fence", "p-0-0") in events and ("fence", "p-1-0") in events
+
+
+def test_a_redone_commit_of_a_decided_batch_is_not_checked_again():
+    decided = Decision("q", 1, DECIDED, (part(0),))
+    tpc, log, events = committer(latest=decided)
+    tpc.participants.unfit_reason = "would refuse"
+    tpc.commit("q", 1, [part(0)])
+    assert log.latest().state == DONE and tpc.participants.checked == []
+
+
+def test_after_the_commit_every_other_open_id_is_fenced_whatever_its_attempt():
+    """Losing attempts of speculation (a higher attempt number than the winner's) and other
+    leftovers hold back read_committed readers until fenced; the winners never are."""
+    tpc, log, events = committer(open_ids=["p-0-1", "p-1-0", "p-3-0"])
+    tpc.commit("q", 1, [part(0), part(1)])
+    fenced = [e[1] for e in events if e[0] == "fence"]
+    assert fenced == ["p-0-1", "p-3-0"]
+    assert events.index(("commit", "p-1-0")) < events.index(("fence", "p-0-1")) < events.index(("write", 1, DONE))
 
 
 def test_commit_is_idempotent_per_batch():

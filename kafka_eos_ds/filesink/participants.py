@@ -8,7 +8,7 @@ open ids = the names in ``in-progress/`` and ``pending/``.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.layout import FileId, Layout, fsync_dir
@@ -40,6 +40,15 @@ class FileParticipants:
     def committed(self, participant: Participant) -> bool:
         return (self.layout.resolve(participant.handle["final"]).exists()
                 and not self.layout.resolve(participant.handle["pending"]).exists())
+
+    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
+        # Pending files do not time out; one can only have been deleted (fenced by another
+        # writer of the directory, or by hand).
+        gone = [p.id for p in participants if not self.layout.resolve(p.handle["pending"]).exists()]
+        if not gone:
+            return None
+        return (f"the pending file(s) of {', '.join(gone)} are gone from '{self.layout.pending_dir}'. Give each "
+                "query its own 'path', and never delete '_kafka_eos' while a query runs.")
 
     def fence(self, participant_id: str) -> None:
         for directory in (self.layout.in_progress_dir, self.layout.pending_dir):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
 from kafka_eos_ds.kafka.client_settings import client_error, to_kafka_python
@@ -74,6 +74,13 @@ class TxnState:
     producer_id: int
     producer_epoch: int
     start_time_ms: int = -1
+    timeout_ms: int = -1  # the transaction timeout its producer registered
+
+
+def _txn_state(transactional_id: str, desc: Any) -> TxnState:
+    return TxnState(transactional_id, str(getattr(desc.state, "value", desc.state)), desc.producer_id,
+                    desc.producer_epoch, desc.transaction_start_time_ms,
+                    int(getattr(desc, "transaction_timeout_ms", -1)))
 
 
 def error_name(code: int) -> str:
@@ -241,10 +248,28 @@ class TransactionCoordinator:
         except Exception as exc:
             raise KafkaClientError(f"DescribeTransactions({transactional_id}) failed: {exc}", retriable=True) from exc
         desc = found.get(transactional_id)
-        if desc is None:
-            return None
-        return TxnState(transactional_id, str(getattr(desc.state, "value", desc.state)), desc.producer_id,
-                        desc.producer_epoch, desc.transaction_start_time_ms)
+        return None if desc is None else _txn_state(transactional_id, desc)
+
+    def describe_many(self, transactional_ids: Sequence[str]) -> dict[str, Optional[TxnState]]:
+        """The coordinators' states of several ids: one DescribeTransactions per coordinator
+        (one per id only when some id is unknown, to tell which)."""
+        import kafka.errors as kerrors
+
+        ids = list(dict.fromkeys(transactional_ids))
+        if not ids:
+            return {}
+        try:
+            found = self._admin.describe_transactions(ids)
+        except kerrors.TransactionalIdNotFoundError:
+            return {tid: self.describe(tid) for tid in ids}
+        except kerrors.KafkaError as exc:
+            for tid in ids:
+                self._channel.forget(tid, group=False)
+            raise KafkaClientError(f"DescribeTransactions({len(ids)} ids) failed: {exc}",
+                                   retriable=getattr(exc, "retriable", True)) from exc
+        except Exception as exc:
+            raise KafkaClientError(f"DescribeTransactions({len(ids)} ids) failed: {exc}", retriable=True) from exc
+        return {tid: (_txn_state(tid, found[tid]) if tid in found else None) for tid in ids}
 
     def list_transactions(self, id_regex: Optional[str] = None, open_only: bool = True) -> list[tuple[str, int, str]]:
         """``(transactional_id, producer_id, state)`` of every coordinator's transactions.

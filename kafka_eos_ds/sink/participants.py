@@ -2,14 +2,16 @@
 
 commit = EndTxn(commit) with the task's producer id and epoch, sorted into an outcome
 by :mod:`kafka_eos_ds.sink.commit_outcome` (asking the coordinator when the answer
-alone cannot tell "already committed" from "lost"); fence = InitProducerId on the id;
-open ids = ListTransactions filtered by the sink's prefix; carry = the batch's source
-offsets added to the first transaction (AddOffsetsToTxn + TxnOffsetCommit) while it is
-still open.
+alone cannot tell "already committed" from "lost"); unfit = DescribeTransactions (still
+Ongoing under the task's producer id and epoch, with time left before its timeout);
+fence = InitProducerId on the id; open ids = ListTransactions filtered by the sink's
+prefix; carry = the batch's source offsets added to the first transaction
+(AddOffsetsToTxn + TxnOffsetCommit) while it is still open.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Optional, Sequence
 
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
@@ -51,6 +53,27 @@ class KafkaTransactions:
             return True  # the coordinator is writing its commit markers: it will be committed
         return classify_described(state, pid, epoch) is Outcome.COMMITTED
 
+    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
+        # One DescribeTransactions per coordinator. The time left is counted on the
+        # broker's clock (the transaction's start) against ours: clock skew between the
+        # driver and the brokers eats into the margin.
+        states = self.coordinator.describe_many([p.id for p in participants])
+        # A margin longer than the timeout itself would refuse every batch: at most half of it.
+        needed_ms = min(time_needed_s * 1000, self.transaction_timeout_ms / 2)
+        now_ms = time.time() * 1000
+        problems = [problem for p in participants
+                    if (problem := _unfit(p, states.get(p.id), needed_ms, now_ms)) is not None]
+        if not problems:
+            return None
+        return (f"{len(problems)} of its {len(participants)} transaction(s) can no longer be committed "
+                f"({'; '.join(problems)}). A transaction the broker aborts after its timeout is the usual "
+                "cause: the sink option 'kafka.transaction.timeout.ms' (now "
+                f"{self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms') must "
+                "cover a batch's write plus its commit; for a long first batch (a backfill from 'earliest'), "
+                "bound the batch with the source option 'maxOffsetsPerTrigger'. Another writer on the same "
+                "transactional id (a zombie task, a second query with the same 'transactionalIdPrefix') is "
+                "the other.")
+
     def fence(self, participant_id: str) -> None:
         self.coordinator.fence(participant_id, self.transaction_timeout_ms)
 
@@ -79,6 +102,24 @@ class KafkaTransactions:
 def _producer(participant: Participant) -> tuple[int, int]:
     """The producer id and epoch the task's transaction ran under."""
     return int(participant.handle["producer_id"]), int(participant.handle["epoch"])
+
+
+def _unfit(participant: Participant, state: Optional[TxnState], needed_ms: float, now_ms: float) -> Optional[str]:
+    """Why ``participant`` cannot be committed now, or None."""
+    pid, epoch = _producer(participant)
+    if state is None:
+        return f"{participant.id}: unknown to its coordinator"
+    if (state.producer_id, state.producer_epoch) != (pid, epoch):
+        return (f"{participant.id}: now held by producer {state.producer_id} epoch {state.producer_epoch}, "
+                f"not the task's {pid} epoch {epoch} (aborted by a timeout or by another writer)")
+    if state.state != TxnStatus.ONGOING:
+        return f"{participant.id}: {state.state}, not Ongoing"
+    if state.start_time_ms >= 0 and state.timeout_ms > 0:
+        left_ms = state.start_time_ms + state.timeout_ms - now_ms
+        if left_ms < needed_ms:
+            return (f"{participant.id}: open for {(now_ms - state.start_time_ms) / 1000:.1f}s of its "
+                    f"{state.timeout_ms / 1000:.1f}s timeout, {needed_ms / 1000:.1f}s needed to commit")
+    return None
 
 
 def _in_state(state: Optional[TxnState], status: TxnStatus, producer_id: int, epoch: int) -> bool:

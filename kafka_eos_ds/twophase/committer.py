@@ -57,18 +57,22 @@ class TwoPhaseCommitter:
     abort_grace_s : float
         How long ``abort`` keeps sweeping for transactions opened by tasks that were
         still running when the batch was aborted.
+    time_needed_s : float
+        How long each participant must still have before a timeout may abort it for the
+        batch to be decided (the time to commit them all, with room to spare).
     """
 
     def __init__(self, decisions: DecisionLog, participants: Participants, *,
                  progress_store: Optional[ProgressStore] = None, commit_timeout_s: float = 120.0,
-                 parallelism: int = 8, abort_grace_s: float = 3.0, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 parallelism: int = 8, abort_grace_s: float = 3.0, time_needed_s: float = 15.0,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions
         self.participants = participants
         self.progress_store = progress_store
         self.commit_timeout_s = commit_timeout_s
         self.parallelism = max(1, parallelism)
         self.abort_grace_s = abort_grace_s
+        self.time_needed_s = time_needed_s
         self._sleep = sleep
         self._clock = clock
 
@@ -98,14 +102,16 @@ class TwoPhaseCommitter:
                 self._retrying(lambda: store.carry(progress, None), "Could not store the batch's progress")
             return
         if plan.write_decision:
+            self._check_fit(decision)
             self.decisions.write(decision)
         faults.check("driver-after-decision", batch=batch_id)
         self._commit_all(decision, batch_id)
         faults.check("driver-after-all-commits", batch=batch_id)
         if plan.write_decision:
             # Earlier attempts of the winning tasks may still hold open transactions
-            # (a failed attempt, a zombie); they hold back readers until fenced.
-            self._fence(superseded)
+            # (a failed attempt, a zombie), and so may the losing attempts of speculation
+            # (any attempt number); they hold back readers until fenced.
+            self._fence(self._strays(decision, superseded))
         self.decisions.write(decision.with_state(DONE))
         faults.check("driver-after-done", batch=batch_id)
 
@@ -149,6 +155,28 @@ class TwoPhaseCommitter:
         return plan.mark
 
     # -- steps --------------------------------------------------------------
+
+    def _check_fit(self, decision: Decision) -> None:
+        """Refuse to decide a batch one of whose participants can no longer commit.
+
+        Decided, such a batch would end partly committed (the others commit, that one is
+        lost) and every restart would fail on it; refused, ``abort()`` fences it all and
+        the restarted query runs the batch again."""
+        # Not retried: any error here refuses the batch just the same, before a decision.
+        problem = self.participants.unfit(decision.participants, self.time_needed_s)
+        if problem:
+            raise TransactionError(
+                f"Batch {decision.batch_id} of query {decision.query_id} was not committed: {problem} "
+                "Nothing of the batch is visible; restarting the query runs it again.", retriable=True)
+
+    def _strays(self, decision: Decision, superseded: Sequence[str]) -> list[str]:
+        """What to fence once ``decision`` is committed: the superseded ids, and every other
+        id of the sink still open. Only the batch just committed can be decided and
+        unfinished here (an earlier decision was finished first), and its participants
+        are committing, not open; so nothing that belongs to a decision is fenced."""
+        decided = {p.id for p in decision.participants}
+        still_open = self._retrying(lambda: list(self.participants.open_ids()), "Could not list the open participants")
+        return sorted((set(superseded) | set(still_open)) - decided)
 
     def _finish(self, decision: Decision) -> None:
         self._commit_all(decision, decision.batch_id)

@@ -16,7 +16,8 @@ Nothing here knows Kafka. A sink plugs in with:
 Life cycle of a batch::
 
     tasks:  write ... -> pre_commit -> CommitMessage(Participant)
-    driver: DecisionLog.write(decided) -> Participants.commit(each) -> DecisionLog.write(done)
+    driver: Participants.unfit(all)? -> DecisionLog.write(decided) -> Participants.commit(each)
+            -> fence the sink's other open ids -> DecisionLog.write(done)
     fail:   abort -> Participants.fence(each not decided)
     restart: recover -> commit what was decided, fence every other open id
 """
@@ -152,6 +153,14 @@ class Participants(Protocol):
 
     def committed(self, participant: Participant) -> bool:
         """Whether ``participant`` is committed (or certain to be)."""
+
+    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
+        """Why some of ``participants`` cannot be committed any more, or None when all can.
+
+        Asked before a batch is decided: each must still be open as its task left it
+        (not aborted, not taken over by another writer) with at least ``time_needed_s``
+        before it may be aborted by a timeout. The answer names the participants and
+        the settings to change; None commits the batch."""
 
     def fence(self, participant_id: str) -> None:
         """Abort whatever is open under ``participant_id`` and shut out its writer."""
