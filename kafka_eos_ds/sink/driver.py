@@ -103,7 +103,8 @@ class KafkaSinkDriver:
         raise TransactionError(
             f"The commit-log topic '{self.config.commit_log_topic}' (option 'commitLogTopic') holds no decision of "
             f"the sink '{self.config.prefix}' (option 'transactionalIdPrefix'), but the checkpoint {checkpoint} has "
-            f"committed batches up to {committed}: the topic was deleted or re-created, or one of those options changed. "
+            f"committed batches up to {committed}: the topic was deleted or re-created, or one of those options "
+            "changed. "
             "Recovery cannot tell which of the last batch's transactions were decided, so nothing is written. "
             "If an option changed, restore it. If the topic was lost, check the output of the last batch, then "
             "start the query with a new 'checkpointLocation' (and a new 'transactionalIdPrefix') from the input "
