@@ -180,7 +180,7 @@ class TransactionCoordinator:
     def group_offsets(self, group_id: str) -> dict[str, dict[str, int]]:
         """The committed offsets of ``group_id`` (``{"topic": {"partition": offset}}``; empty if none)."""
         try:
-            found = self._admin.list_consumer_group_offsets(group_id)
+            found = self._admin.list_group_offsets(group_id).get(group_id, {})
         except Exception as exc:
             raise KafkaClientError(f"Reading the offsets of group {group_id!r} failed: {exc}",
                                    retriable=getattr(exc, "retriable", True)) from exc
