@@ -297,7 +297,13 @@ def test_faults_match_point_batch_partition_and_attempt(monkeypatch, hooked):
 def test_faults_cost_nothing_without_a_hook(monkeypatch):
     monkeypatch.setenv("KAFKA_EOS_FAULT", "commit-raise@1")
     assert faults._hook is None
-    faults.check("commit-raise", batch=1)
+    faults.check("commit-raise", batch=1)  # the environment names this fault, yet nothing happens
+    faults.install(injection.inject)       # the same call with the hook installed fires it
+    try:
+        with pytest.raises(injection.InjectedFault):
+            faults.check("commit-raise", batch=1)
+    finally:
+        faults.install(None)
 
 
 def test_the_hook_is_named_in_the_environment_of_spark_processes():
