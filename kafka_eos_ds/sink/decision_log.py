@@ -141,7 +141,10 @@ class KafkaDecisionLog:
         except KafkaException as exc:
             error = exc.args[0]
             if error.txn_requires_abort():
-                producer.abort_transaction(60)  # definite: this decision is not in the log
+                try:
+                    producer.abort_transaction(60)  # definite: this decision is not in the log
+                except KafkaException:
+                    pass  # then the next writer's init_transactions aborts it
             elif not error.retriable():
                 # Fenced by a newer writer (another driver of this sink), or fatal: this
                 # write never becomes visible and this driver must not go on.
