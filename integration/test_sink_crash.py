@@ -101,7 +101,10 @@ def test_1_task_dies_before_precommit_is_retried_and_its_transaction_aborted(pip
     # Attempt 0 of partition 0 died in batch 3; attempt 1 wrote under its own id ...
     assert f"{pipeline.prefix}-0-1" in ids
     # ... and the driver fenced attempt 0's id at commit, aborting its open transaction.
-    assert not ids[f"{pipeline.prefix}-0-0"].open, ids[f"{pipeline.prefix}-0-0"]
+    # The dead attempt may not have sent its records yet (then nothing is open anyway),
+    # so its epoch tells: one init per batch, like partition 1's id, plus the fence.
+    dead, peer = ids[f"{pipeline.prefix}-0-0"], ids[f"{pipeline.prefix}-1-0"]
+    assert not dead.open and dead.producer_epoch == peer.producer_epoch + 1, (dead, peer)
     report = pipeline.audit()
     assert report.ok and report.unique_out == RECORDS, report.table()
 
