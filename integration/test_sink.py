@@ -6,6 +6,7 @@ open under the sink's prefix) and nothing visible to read_committed readers.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -51,16 +52,22 @@ def test_streaming_write_commits_each_batch(spark, kafka, new_topic, checkpoint)
          .writeStream.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
          .option("topic", topic).option("transactionalIdPrefix", f"st-{topic}")
          .option("checkpointLocation", checkpoint).trigger(processingTime="500 milliseconds").start())
+    deadline = time.monotonic() + 90
     try:
         q.processAllAvailable()
         while len([p for p in q.recentProgress if p["numInputRows"] > 0]) < 3:
+            assert time.monotonic() < deadline, f"fewer than 3 batches with rows in 90s: {q.recentProgress}"
             q.awaitTermination(0.5)
     finally:
         q.stop()
     batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
     assert len(batches) >= 3
-    values = [r.value for r in consume_all(kafka.bootstrap, topic)]
-    assert len(values) == len(set(values)) > 0
+    ids = sorted(int(r.value.split(b"|")[0]) for r in consume_all(kafka.bootstrap, topic))
+    assert len(ids) == len(set(ids)) > 0, "duplicates"
+    # The rate source counts from 0 and every completed batch is committed: the output is
+    # 0..n-1 without a gap, holding at least every row of the batches Spark reported.
+    assert ids == list(range(len(ids))), "records lost"
+    assert len(ids) >= sum(p["numInputRows"] for p in batches)
 
 
 def test_at_least_once_needs_no_prefix(spark, kafka, new_topic):

@@ -94,13 +94,18 @@ def _finishes_exactly_once(p, timeout=150.0):
 
 
 def test_1_task_dies_before_precommit_is_retried_and_its_transaction_aborted(pipeline):
-    run = pipeline.run("task-before-precommit@1#0!0")
+    # In the last batch (3): no later batch re-uses the dead attempt's id (which would
+    # fence it too), so only the batch's commit can have aborted its transaction.
+    run = pipeline.run("task-before-precommit@3#0!0")
     assert run.returncode == 0, run.log[-3000:]
     ids = {t.transactional_id: t for t in list_transactions(pipeline.conf, pipeline.prefix)}
-    # Attempt 0 of partition 0 died in batch 1; attempt 1 wrote under its own id ...
+    # Attempt 0 of partition 0 died in batch 3; attempt 1 wrote under its own id ...
     assert f"{pipeline.prefix}-0-1" in ids
     # ... and the driver fenced attempt 0's id at commit, aborting its open transaction.
-    assert not ids[f"{pipeline.prefix}-0-0"].open
+    # The dead attempt may not have sent its records yet (then nothing is open anyway),
+    # so its epoch tells: one init per batch, like partition 1's id, plus the fence.
+    dead, peer = ids[f"{pipeline.prefix}-0-0"], ids[f"{pipeline.prefix}-1-0"]
+    assert not dead.open and dead.producer_epoch == peer.producer_epoch + 1, (dead, peer)
     report = pipeline.audit()
     assert report.ok and report.unique_out == RECORDS, report.table()
 

@@ -10,7 +10,6 @@ from kafka_eos_ds.kafka import coordinator as c
 from kafka_eos_ds.sink import transactional_ids as ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.kafka.coordinator import TxnState
-from kafka_eos_ds.sink.decision_log import partition_for
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
 from kafka_eos_ds.twophase import Outcome
 
@@ -64,9 +63,17 @@ def test_described_outcomes(state, outcome):
     assert classify_described(state, 5, 2) is outcome
 
 
-def test_decision_partition_is_stable():
-    assert partition_for("etl", 1) == 0
-    assert partition_for("etl", 8) == partition_for("etl", 8)
+def test_the_decision_writers_id_is_never_a_task_id():
+    # Recovery and abort fence every open id matching the task pattern; the decision
+    # writer must never be among them (it is fenced only by the next decision writer).
+    import re
+
+    for prefix in ("etl", "etl-1", "a.b_c"):
+        writer = ids.decision_writer(prefix)
+        assert writer == f"{prefix}.decisions"
+        assert ids.parse(prefix, writer) is None
+        assert not re.match(ids.pattern(prefix), writer)
+        assert ids.parse("etl", writer) is None
 
 
 SCHEMA = StructType([StructField("key", StringType()), StructField("value", BinaryType())])

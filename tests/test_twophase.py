@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_eos_ds.errors import TransactionError, TransactionLostError
+from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
 from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Outcome, Participant, RecoveryContext,
                                    TwoPhaseCommitter, plan_abort, plan_commit, plan_recovery)
 from kafka_eos_ds.twophase import faults
@@ -159,6 +159,14 @@ class FakeParticipants:
     def committed(self, p):
         return p.id in self.committed_ids
 
+    unknown: bool = False  # whether started() cannot tell (an expired id, a group without offsets)
+
+    def started(self, progress, p):
+        return None if self.unknown else p.id in self.committed_ids
+
+    def unknown_message(self, progress, p):
+        return f"{p.id} is unknown"
+
 
 def committer(latest=None, outcomes=None, open_ids=(), timeout=5.0, committed_ids=()):
     events = []
@@ -279,7 +287,8 @@ def test_progress_rides_in_the_first_participant_before_it_commits():
 def test_progress_of_a_batch_without_output_is_stored_on_its_own():
     tpc, log, events = committer()
     tpc.commit("q", 1, [part(0, records=0)], PROGRESS)
-    assert events == [("carry", None, PROGRESS["offsets"])] and log.latest() is None
+    assert events == [("carry", None, PROGRESS["offsets"]), ("write", 1, DONE)]
+    assert log.latest() == Decision("q", 1, DONE, (), PROGRESS)
 
 
 def test_recovery_finishing_a_decision_attaches_its_progress_again():
@@ -328,7 +337,13 @@ def test_faults_match_point_batch_partition_and_attempt(monkeypatch, hooked):
 def test_faults_cost_nothing_without_a_hook(monkeypatch):
     monkeypatch.setenv("KAFKA_EOS_FAULT", "commit-raise@1")
     assert faults._hook is None
-    faults.check("commit-raise", batch=1)
+    faults.check("commit-raise", batch=1)  # the environment names this fault, yet nothing happens
+    faults.install(injection.inject)       # the same call with the hook installed fires it
+    try:
+        with pytest.raises(injection.InjectedFault):
+            faults.check("commit-raise", batch=1)
+    finally:
+        faults.install(None)
 
 
 def test_the_hook_is_named_in_the_environment_of_spark_processes():
@@ -338,7 +353,85 @@ def test_the_hook_is_named_in_the_environment_of_spark_processes():
     assert faults._load(env["KAFKA_EOS_FAULT_HOOK"]) is injection.inject
 
 
-def test_a_batch_with_nothing_to_commit_records_no_decision_but_fences_earlier_attempts():
+def test_a_batch_with_nothing_to_commit_records_it_done_and_fences_earlier_attempts():
+    # Recorded so that a checkpoint with committed batches always has a decision in the log.
     tpc, log, events = committer()
     tpc.commit("q", 1, [part(0, attempt=1, records=0), None])
-    assert events == [("fence", "p-0-0")] and log.latest() is None
+    assert events == [("fence", "p-0-0"), ("write", 1, DONE)] and log.latest() == Decision("q", 1, DONE)
+
+
+def test_a_lost_checkpoints_decision_that_cannot_be_told_started_fails_instead_of_abandoning():
+    decided = Decision("old", 4, DECIDED, (part(0), part(1)), PROGRESS)
+    tpc, log, events = committer(latest=decided, open_ids=["p-1-0"])
+    tpc.participants.unknown = True
+    with pytest.raises(TransactionError, match="Cannot tell whether batch 4 of query old") as info:
+        tpc.recover("new")
+    assert not info.value.retriable and "p-0-0 is unknown" in str(info.value)
+    assert events == [] and log.latest() == decided  # nothing fenced, nothing abandoned
+
+
+# -- transient errors in recovery and abort ----------------------------------
+
+class Flaky:
+    """Wraps a fake: the named calls raise a retriable error ``times`` times first."""
+
+    def __init__(self, inner, times, names):
+        self.inner, self.left = inner, {n: times for n in names}
+
+    def __getattr__(self, name):
+        call = getattr(self.inner, name)
+        if name not in self.left:
+            return call
+
+        def flaky(*args):
+            if self.left[name] > 0:
+                self.left[name] -= 1
+                raise KafkaClientError(f"{name}: COORDINATOR_LOAD_IN_PROGRESS", retriable=True)
+            return call(*args)
+        return flaky
+
+
+def flaky_committer(latest, open_ids, times, timeout=30.0):
+    tpc, log, events = committer(latest=latest, open_ids=open_ids, timeout=timeout)
+    tpc.decisions = Flaky(log, times, ["latest", "write"])
+    tpc.participants = tpc.progress_store = Flaky(tpc.participants, times, ["open_ids", "fence", "commit", "carry"])
+    return tpc, log, events
+
+
+def test_recovery_retries_transient_coordinator_errors():
+    decided = Decision("q", 4, DECIDED, (part(0),))
+    tpc, log, events = flaky_committer(decided, ["p-0-0", "p-1-0"], times=3)
+    assert tpc.recover("q") == DoneMark("q", 4)
+    assert events == [("commit", "p-0-0"), ("write", 4, DONE), ("fence", "p-1-0")]
+
+
+def test_abort_retries_transient_coordinator_errors():
+    tpc, log, events = flaky_committer(Decision("q", 0, DONE), ["p-1-0"], times=3)
+    tpc.abort_grace_s = 0
+    tpc.abort("q", 1, [part(0)])
+    assert events == [("fence", "p-0-0"), ("fence", "p-1-0")]
+
+
+def test_recovery_gives_up_retriably_after_the_commit_budget():
+    tpc, log, events = flaky_committer(None, ["p-1-0"], times=10**6, timeout=5.0)
+    with pytest.raises(TransactionError, match="Could not read the sink's latest decision within 5s") as info:
+        tpc.recover("q")
+    assert info.value.retriable and events == []
+
+
+# -- a driver that fell behind ---------------------------------------------------
+
+def test_an_older_batch_never_overwrites_a_newer_decision():
+    for state in (DECIDED, DONE):
+        with pytest.raises(TransactionError, match="Refusing to commit batch 4 of query q") as info:
+            plan_commit(Decision("q", 5, state, (part(0),)), "q", 4, [part(1)])
+        assert not info.value.retriable
+    # Another query (its checkpoint lost) starts again from batch 0: not a zombie.
+    assert plan_commit(Decision("old", 5, DONE), "new", 0, [part(1)]).write_decision
+
+
+def test_a_zombie_driver_committing_an_older_batch_writes_and_commits_nothing():
+    tpc, log, events = committer(latest=Decision("q", 5, DECIDED, (part(3),)))
+    with pytest.raises(TransactionError, match="Refusing"):
+        tpc.commit("q", 4, [part(0)])
+    assert events == [] and log.latest() == Decision("q", 5, DECIDED, (part(3),))

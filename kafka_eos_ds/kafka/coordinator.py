@@ -185,6 +185,19 @@ class TransactionCoordinator:
             code = int(getattr(error, "errno", NONE) or NONE)
             self._raise_for(code, f"OffsetCommit(group {group_id!r}, {tp.topic}-{tp.partition})")
 
+    def group_offsets(self, group_id: str) -> dict[str, dict[str, int]]:
+        """The committed offsets of ``group_id`` (``{"topic": {"partition": offset}}``; empty if none)."""
+        try:
+            found = self._admin.list_group_offsets(group_id).get(group_id, {})
+        except Exception as exc:
+            raise KafkaClientError(f"Reading the offsets of group {group_id!r} failed: {exc}",
+                                   retriable=getattr(exc, "retriable", True)) from exc
+        out: dict[str, dict[str, int]] = {}
+        for tp, meta in found.items():
+            if meta.offset is not None and meta.offset >= 0:
+                out.setdefault(tp.topic, {})[str(tp.partition)] = int(meta.offset)
+        return out
+
     @staticmethod
     def _raise_for(code: int, what: str) -> None:
         if code == NONE:

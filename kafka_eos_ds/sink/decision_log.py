@@ -1,14 +1,24 @@
 """The sink's commit decisions, kept in a compacted Kafka topic.
 
 One record per decision step, keyed by the sink's ``transactionalIdPrefix``, valued
-``{"queryId", "batchId", "state": "decided"|"done", "transactions": [...]}``. Kept in
-Kafka (not in the checkpoint) so it works for any checkpoint file system and survives
-the loss of the checkpoint. Compaction keeps the latest record per sink; the reader
-still reads backwards from the end in small windows, so a busy shared topic costs a
+``{"queryId", "batchId", "state": "decided"|"done"|"abandoned", "transactions": [...]}``.
+Kept in Kafka (not in the checkpoint) so it works for any checkpoint file system and
+survives the loss of the checkpoint. Compaction keeps the latest record per sink; the
+reader reads backwards from the end in small windows, so a busy shared topic costs a
 window, not a scan.
 
-Writes use ``acks=all``, one record in flight, and are flushed before returning: a
-decision is durable before the first transaction of its batch is committed.
+Where a sink's decisions live is pinned: the first one goes to ``crc32(prefix) %
+partitions``, every later one to the partition that holds the sink's latest decision,
+found by key. Partitions added to the topic later therefore never move them (a reader
+that looked only at the hashed partition would see no decision and fence a decided
+batch).
+
+Writes are transactions of one producer per sink, transactional id
+``{prefix}.decisions`` (never an id of the sink's tasks, see
+:mod:`.transactional_ids`), read with ``read_committed``. A write either committed or
+never becomes visible: :meth:`KafkaDecisionLog.fence_writers` (every driver step
+calls it before reading) fences an older writer whose write stalled, so that write
+cannot land after the step has read the log and acted on what it read.
 """
 
 from __future__ import annotations
@@ -19,6 +29,8 @@ from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.client_settings import client_config, redact
+from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
@@ -26,7 +38,7 @@ _WINDOW = 256
 
 
 def partition_for(key: str, partitions: int) -> int:
-    """The partition holding ``key``'s decisions (fixed, so readers know where to look)."""
+    """The partition a sink's first decision goes to (later ones follow it, see the module)."""
     return zlib.crc32(key.encode("utf-8")) % max(1, partitions)
 
 
@@ -49,17 +61,18 @@ class KafkaDecisionLog:
         self.topic = topic
         self.key = key
         self._producer: Any = None
-        self._partition: Optional[int] = None
+        self._partitions: Optional[int] = None
+        self._partition: Optional[int] = None  # where this sink's decisions are, once looked up
 
     # -- topic --------------------------------------------------------------
 
     def ensure_topic(self, metadata: Any = None) -> int:
-        """Create the topic if missing (RF = min(3, brokers), compacted); return its partition.
+        """Create the topic if missing (RF = min(3, brokers), compacted); return its partition count.
 
         ``metadata`` (a confluent-kafka ClusterMetadata already fetched) saves a round trip.
         """
-        if self._partition is not None:
-            return self._partition
+        if self._partitions is not None:
+            return self._partitions
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -92,61 +105,100 @@ class KafkaDecisionLog:
                 f"Cannot create or read the commit-log topic '{self.topic}' (option 'commitLogTopic') at "
                 f"{redact(self._conf).get('bootstrap.servers')}: {exc}. The sink needs to create it or be "
                 "allowed to describe and write it.", retriable=True) from exc
-        self._partition = partition_for(self.key, partitions)
-        return self._partition
+        self._partitions = partitions
+        return partitions
 
-    # -- write --------------------------------------------------------------
+    # -- write ---------------------------------------------------------------
 
-    def write(self, decision: Decision) -> None:
+    def fence_writers(self) -> None:
+        """Become the sink's only decision writer: init_transactions on ``{prefix}.decisions``
+        aborts an open write of an earlier writer and refuses it from then on."""
         from confluent_kafka import KafkaException, Producer
 
-        partition = self.ensure_topic()
-        if self._producer is None:
-            # acks=all and one record in flight, flushed before returning: decisions land
-            # in order. A retried send may store a copy twice, and readers take the latest,
-            # so idempotence is not needed (docs/decisions.md, "Commit-log writes").
-            self._producer = Producer(client_config(self._conf, "commit_log", **{
-                "acks": "all", "linger.ms": 0, "max.in.flight.requests.per.connection": 1,
-                "client.id": "kafka-eos-commit-log"}))
-        errors: list = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(err)
-
-        value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
+        if self._producer is not None:
+            return
+        producer = Producer(client_config(self._conf, "commit_log", **{
+            "transactional.id": transactional_ids.decision_writer(self.key), "acks": "all", "linger.ms": 0,
+            "client.id": "kafka-eos-commit-log"}))
         try:
-            self._producer.produce(self.topic, value=value, key=self.key.encode(), partition=partition,
-                                   on_delivery=delivered)
-            left = self._producer.flush(60)
+            producer.init_transactions(60)
         except KafkaException as exc:
-            raise KafkaClientError(f"Writing the commit decision to '{self.topic}' failed: {exc}",
+            raise KafkaClientError(f"Cannot start the commit-log writer of '{self.key}' on '{self.topic}': {exc}",
+                                   retriable=exc.args[0].retriable()) from exc
+        self._producer = producer
+
+    def write(self, decision: Decision) -> None:
+        from confluent_kafka import KafkaException
+
+        partition = self._locate()
+        self.fence_writers()
+        value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            producer.produce(self.topic, value=value, key=self.key.encode(), partition=partition)
+            faults.check("decision-before-commit", batch=decision.batch_id)
+            producer.commit_transaction(60)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.txn_requires_abort():
+                try:
+                    producer.abort_transaction(60)  # definite: this decision is not in the log
+                except KafkaException:
+                    pass  # then the next writer's init_transactions aborts it
+            elif not error.retriable():
+                # Fenced by a newer writer (another driver of this sink), or fatal: this
+                # write never becomes visible and this driver must not go on.
+                self._producer = None
+                raise KafkaClientError(
+                    f"Writing the commit decision of '{self.key}' to '{self.topic}' failed: {error}. Another "
+                    "driver of this sink took over its commit log; this one stops.", retriable=False) from exc
+            # Retriable: the outcome is settled by the next writer's init_transactions.
+            self._producer = None
+            raise KafkaClientError(f"Writing the commit decision to '{self.topic}' failed: {error}",
                                    retriable=True) from exc
-        if left or errors:
-            raise KafkaClientError(
-                f"Writing the commit decision to '{self.topic}' failed: "
-                f"{errors[0] if errors else 'not acknowledged within 60s'}", retriable=True)
 
     # -- read ---------------------------------------------------------------
 
     def latest(self) -> Optional[Decision]:
+        self._partition = None  # look again: a writer may have pinned it since
+        found = self._lookup()
+        return Decision.from_json(json.loads(found)) if found is not None else None
+
+    def _locate(self) -> int:
+        if self._partition is None:
+            self._lookup()
+        assert self._partition is not None
+        return self._partition
+
+    def _lookup(self) -> Optional[bytes]:
+        """The sink's latest decision record, searched by key: the hashed partition first,
+        then the others; pins ``_partition`` to where it is (or the hashed one if none).
+
+        A partition without the key is read to its start: a cost only after partitions
+        were added (compaction keeps a partition to about one record per sink)."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-        partition = self.ensure_topic()
+        partitions = self.ensure_topic()
+        hashed = partition_for(self.key, partitions)
         consumer = Consumer(client_config(self._conf, "commit_log", **{
             "group.id": "kafka-eos-commit-log-reader", "enable.auto.commit": False,
             "isolation.level": "read_committed", "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
         key = self.key.encode()
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15,
-                                                       cached=False)
-            end = high
-            while end > low:
-                start = max(low, end - _WINDOW)
-                found = self._read_window(consumer, partition, start, end, key)
-                if found is not None:
-                    return Decision.from_json(json.loads(found))
-                end = start
+            for partition in [hashed] + [p for p in range(partitions) if p != hashed]:
+                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15,
+                                                           cached=False)
+                end = high
+                while end > low:
+                    start = max(low, end - _WINDOW)
+                    found = self._read_window(consumer, partition, start, end, key)
+                    if found is not None:
+                        Decision.from_json(json.loads(found))  # a foreign record fails here, loudly
+                        self._partition = partition
+                        return found
+                    end = start
+            self._partition = hashed
             return None
         except KafkaException as exc:
             raise KafkaClientError(f"Reading the commit log '{self.topic}' failed: {exc}", retriable=True) from exc
@@ -178,7 +230,6 @@ class KafkaDecisionLog:
                 return found
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(10)
-            self._producer = None
+        # Every write committed or aborted its transaction before returning: nothing to flush.
+        self._producer = None
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.client_settings import client_config, client_error
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.sink import source_progress
@@ -23,7 +23,7 @@ from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.participants import KafkaTransactions
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
-from kafka_eos_ds.twophase.protocol import DoneMark
+from kafka_eos_ds.twophase.protocol import DecisionLog, DoneMark
 from kafka_eos_ds.twophase.spark import participants_of
 
 
@@ -89,7 +89,26 @@ class KafkaSinkDriver:
             source_progress.end_offsets(checkpoint, source_progress.latest_batch(checkpoint))
             query = source_progress.query_id(checkpoint)
         with self._committer(metadata) as committer:
+            self._require_decisions(committer.decisions)
             return committer.recover(query)
+
+    def _require_decisions(self, decisions: DecisionLog) -> None:
+        """Fail when the checkpoint has committed batches but the commit log has no decision
+        of this sink: the log was deleted or re-created (or the options naming it changed),
+        and recovery would take decided batches for undecided ones and write them again."""
+        checkpoint = source_progress.local_checkpoint(self.config.checkpoint)
+        committed = source_progress.latest_batch(checkpoint, "commits") if checkpoint is not None else -1
+        if committed < 0 or decisions.latest() is not None:
+            return
+        raise TransactionError(
+            f"The commit-log topic '{self.config.commit_log_topic}' (option 'commitLogTopic') holds no decision of "
+            f"the sink '{self.config.prefix}' (option 'transactionalIdPrefix'), but the checkpoint {checkpoint} has "
+            f"committed batches up to {committed}: the topic was deleted or re-created, or one of those options "
+            "changed. "
+            "Recovery cannot tell which of the last batch's transactions were decided, so nothing is written. "
+            "If an option changed, restore it. If the topic was lost, check the output of the last batch, then "
+            "start the query with a new 'checkpointLocation' (and a new 'transactionalIdPrefix') from the input "
+            "position the output ends at.", retriable=False)
 
     @contextlib.contextmanager
     def _committer(self, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
@@ -99,6 +118,8 @@ class KafkaSinkDriver:
         decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, prefix)
         if metadata is not None:
             decisions.ensure_topic(metadata)
+        # Before any read: a stalled write of an earlier driver cannot land after it.
+        decisions.fence_writers()
         transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
         try:
             yield TwoPhaseCommitter(decisions, transactions, progress_store=transactions,

@@ -15,7 +15,7 @@ import time
 from typing import Any, Mapping, Optional, Sequence
 
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
-from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
 
@@ -45,6 +45,26 @@ class KafkaTransactions:
         # went with it or it is finished, and AddOffsetsToTxn would open a new one.
         if _in_state(self.coordinator.describe(participant.id), TxnStatus.ONGOING, pid, epoch):
             self.coordinator.send_offsets(participant.id, pid, epoch, group, offsets)
+
+    def started(self, progress: Mapping[str, Any], first: Participant) -> Optional[bool]:
+        pid, epoch = _producer(first)
+        state = self.coordinator.describe(first.id)
+        if state is not None and (state.producer_id, state.producer_epoch) == (pid, epoch):
+            # The coordinator still holds our transaction: its state is the answer.
+            return state.state in (TxnStatus.COMPLETE_COMMIT, TxnStatus.PREPARE_COMMIT)
+        # The id expired, or its epoch moved on (a timeout abort or a fence, before or after
+        # a commit): the group's offsets, which rode in the transaction, tell.
+        return source_progress.compare(progress["offsets"], self.coordinator.group_offsets(str(progress["group"])))
+
+    def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+        group = progress["group"]
+        return (f"the coordinator no longer knows its first transaction {first.id} as it ran (expired after "
+                f"the broker's transactional.id.expiration.ms, or re-used), and the consumer group '{group}' "
+                f"(option 'sourceGroupId') holds neither the batch's end offsets {dict(progress['offsets'])} nor "
+                "offsets before them. Recovery does not guess: finishing the batch could duplicate its output, "
+                "abandoning it could lose it. Look in the output for the batch's records, then set the group's "
+                f"offsets (kafka-consumer-groups --group {group} --reset-offsets --to-offset ... --execute) to "
+                "the batch's end offsets if they are there, or to its start offsets if not, and restart.")
 
     def committed(self, participant: Participant) -> bool:
         pid, epoch = _producer(participant)
@@ -95,8 +115,11 @@ class KafkaTransactions:
         return ("The usual cause is the transaction timeout: the broker aborts a transaction open longer than "
                 f"the producer's transaction.timeout.ms (now {self.transaction_timeout_ms} ms). Raise the sink "
                 "option 'kafka.transaction.timeout.ms' (at most the broker's 'transaction.max.timeout.ms') so "
-                "it covers a batch's write plus the driver's commit, and restart the query from an earlier "
-                "checkpoint or re-process the affected input.")
+                "it covers a batch's write plus the driver's commit. Restarting the query fails the same way: "
+                "the lost records are gone and the batch's other transactions are visible. To go on, stop the "
+                "query and start a new one with a new 'checkpointLocation' and a new 'transactionalIdPrefix' that "
+                "reads from the batch's start (its previous batch's end offsets in <checkpoint>/offsets/); the "
+                "records of the batch's committed transactions are then written a second time.")
 
 
 def _producer(participant: Participant) -> tuple[int, int]:

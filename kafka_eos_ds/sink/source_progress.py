@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 from urllib.parse import urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -35,6 +35,14 @@ def checkpoint_dir(location: Optional[str]) -> Path:
         raise ConfigError(f"Option '{OPTION}' needs a local checkpointLocation (a path or file: URI), got "
                           f"scheme '{parsed.scheme}'. Use a local (or mounted) checkpoint, or remove '{OPTION}'.")
     return Path(parsed.path if parsed.scheme else location)
+
+
+def local_checkpoint(location: Optional[str]) -> Optional[Path]:
+    """The local directory of ``checkpointLocation``; None when there is none or it is not local."""
+    if not location:
+        return None
+    parsed = urlparse(location)
+    return Path(parsed.path if parsed.scheme else location) if parsed.scheme in ("", "file") else None
 
 
 def query_id(checkpoint: Path) -> Optional[str]:
@@ -84,3 +92,21 @@ def _kafka_offsets(text: str, batch_id: int) -> dict[str, dict[str, int]]:
         raise ConfigError(f"Option '{OPTION}' needs the query's source to be Kafka (format 'kafka_eos'); the "
                           f"offsets of batch {batch_id} are not Kafka offsets. Remove '{OPTION}'.")
     return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
+
+
+def compare(progress: Mapping[str, Mapping[str, int]], group: Mapping[str, Mapping[str, int]]) -> Optional[bool]:
+    """Where the group's committed offsets stand against a batch's end offsets ``progress``.
+
+    True: exactly there (the batch's first transaction, which carried them, committed).
+    False: every partition at or before them, some before (it did not commit; the group
+    holds an earlier batch's offsets). None: anything else — no offsets, or offsets
+    beyond the batch — so it cannot be told.
+    """
+    behind = False
+    for topic, parts in progress.items():
+        for part, end in parts.items():
+            at = group.get(topic, {}).get(str(part))
+            if at is None or at > int(end):
+                return None
+            behind = behind or at < int(end)
+    return not behind

@@ -69,3 +69,12 @@ def lower_attempts(prefix: str, partition: int, attempt: int) -> list[str]:
 def pattern(prefix: str) -> str:
     """A regular expression matching exactly the ids of ``prefix`` (ListTransactions filter)."""
     return "^" + re.escape(prefix) + r"-[0-9]+-[0-9]+$"
+
+
+def decision_writer(prefix: str) -> str:
+    """The transactional id of the sink's commit-log writer, ``{prefix}.decisions``.
+
+    One per sink, so a new driver's writer fences a stalled one. It never parses as a
+    task's id nor matches :func:`pattern`: a '.' follows the prefix, not '-'.
+    """
+    return f"{prefix}.decisions"

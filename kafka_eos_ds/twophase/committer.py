@@ -36,6 +36,9 @@ from kafka_eos_ds.twophase.recovery import RecoveryContext, plan_abort, plan_com
 
 log = logging.getLogger(__name__)
 
+_FINISHES = "The commit decision is stored; restarting the query finishes the commit."
+_RESTART = "Nothing was decided by this step; restarting the query runs it again."
+
 
 class TwoPhaseCommitter:
     """Drives decide -> commit -> done for one sink.
@@ -100,6 +103,9 @@ class TwoPhaseCommitter:
             if progress is not None:
                 store = self._progress_store()
                 self._retrying(lambda: store.carry(progress, None), "Could not store the batch's progress")
+            # Recorded all the same: a sink whose checkpoint has committed batches always
+            # has a decision, so a commit log that lost them is noticed (never guessed).
+            self.decisions.write(decision.with_state(DONE))
             return
         if plan.write_decision:
             self._check_fit(decision)
@@ -118,32 +124,34 @@ class TwoPhaseCommitter:
     def abort(self, query_id: Optional[str], batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
         messages = list(messages)
         superseded = [i for p in messages if p is not None for i in self.participants.superseded(p)]
-        latest = self.decisions.latest()
+        latest = self._read_latest()
         if latest is not None and query_id is not None and latest.same_batch(query_id, batch_id):
             log.warning("batch %s of query %s was decided; its transactions are left for recovery to finish",
                         batch_id, query_id)
-        self._fence(plan_abort(latest, query_id, batch_id, messages, superseded, self.participants.open_ids()))
+        self._fence(plan_abort(latest, query_id, batch_id, messages, superseded, self._open_ids()))
         # Tasks killed when Spark cancelled the stage may still be finishing their
         # write after this abort started (their Python workers notice late); sweep again
         # for a short while so their transactions do not hold back readers.
         deadline = self._clock() + self.abort_grace_s
         while self._clock() < deadline:
             self._sleep(0.5)
-            self._fence(plan_abort(latest, query_id, batch_id, (), (), self.participants.open_ids()))
+            self._fence(plan_abort(latest, query_id, batch_id, (), (), self._open_ids()))
 
     def recover(self, query_id: Optional[str] = None) -> DoneMark:
         """Finish an unfinished decision, fence every other open id; return the done mark.
 
         ``query_id``: the recovering query (lets recovery tell a decision of a query whose
         checkpoint was lost; see :class:`~.recovery.RecoveryPlan`)."""
-        latest = self.decisions.latest()
-        open_ids = self.participants.open_ids()
+        latest = self._read_latest()
+        open_ids = self._open_ids()
         plan = plan_recovery(RecoveryContext(latest, open_ids, query_id))
         if plan.only_if_started and plan.finish is not None and not self._started(plan.finish):
             log.warning("abandoning batch %s of query %s: its checkpoint is gone and none of it was committed; "
                         "this query re-reads its input", plan.finish.batch_id, plan.finish.query_id)
             self._fence(sorted({p.id for p in plan.finish.participants} | set(plan.fence)))
-            self.decisions.write(plan.finish.with_state(ABANDONED))
+            abandoned = plan.finish.with_state(ABANDONED)
+            self._retrying(lambda: self.decisions.write(abandoned), "Could not record the abandoned batch",
+                           then=_RESTART)
             return DoneMark()
         if plan.finish is not None:
             log.warning("finishing the commit of batch %s of query %s after a restart",
@@ -180,12 +188,36 @@ class TwoPhaseCommitter:
 
     def _finish(self, decision: Decision) -> None:
         self._commit_all(decision, decision.batch_id)
-        self.decisions.write(decision.with_state(DONE))
+        done = decision.with_state(DONE)
+        self._retrying(lambda: self.decisions.write(done), f"Could not record batch {decision.batch_id} done")
 
     def _started(self, decision: Decision) -> bool:
-        first = decision.participants[0]
-        return bool(self._retrying(lambda: self.participants.committed(first),
-                                   f"Could not learn whether {first.id} committed"))
+        """Whether the first participant (which carries the progress) committed: asked of
+        the progress store, which also knows where the progress stands. Never guessed:
+        finishing a batch that had not started duplicates the input the new query
+        re-reads, abandoning one that had started loses what it made visible."""
+        first, progress = decision.participants[0], decision.progress
+        assert progress is not None
+        store = self._progress_store()
+        started = self._retrying(lambda: store.started(progress, first),
+                                 f"Could not learn whether {first.id} committed", then=_RESTART)
+        if started is None:
+            raise TransactionError(
+                f"Cannot tell whether batch {decision.batch_id} of query {decision.query_id} (decided before its "
+                f"checkpoint was lost) had started to commit: {store.unknown_message(progress, first)}",
+                retriable=False)
+        return bool(started)
+
+    def _read_latest(self) -> Optional[Decision]:
+        return self._retrying(self.decisions.latest, "Could not read the sink's latest decision", then=_RESTART)
+
+    def _open_ids(self) -> Sequence[str]:
+        return self._retrying(self.participants.open_ids, "Could not list the sink's open transactions",
+                              then=_RESTART)
+
+    def _fence_one(self, participant_id: str) -> None:
+        self._retrying(lambda: self.participants.fence(participant_id), f"Could not abort {participant_id}",
+                       then=_RESTART)
 
     def _commit_all(self, decision: Decision, batch_id: int) -> None:
         parts = list(decision.participants)
@@ -219,7 +251,7 @@ class TwoPhaseCommitter:
         return self._retrying(lambda: self.participants.commit(participant),
                               f"Could not learn the outcome of committing {participant.id}", again=Outcome.RETRY)
 
-    def _retrying(self, call: Callable[[], Any], failure: str, *, again: Any = None) -> Any:
+    def _retrying(self, call: Callable[[], Any], failure: str, *, again: Any = None, then: str = _FINISHES) -> Any:
         """``call()`` until it answers something other than ``again``, retrying retriable
         errors, with backoff, for commit_timeout_s; then a retriable TransactionError that
         starts with ``failure``. A non-retriable error is raised as it is."""
@@ -237,8 +269,8 @@ class TwoPhaseCommitter:
                 last = exc
             if self._clock() >= deadline:
                 raise TransactionError(
-                    f"{failure} within {self.commit_timeout_s:.0f}s (last error: {last}). The commit decision is "
-                    "stored; restarting the query finishes the commit.", retriable=True) from last
+                    f"{failure} within {self.commit_timeout_s:.0f}s (last error: {last}). {then}",
+                    retriable=True) from last
             self._sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -251,4 +283,4 @@ class TwoPhaseCommitter:
         if not ids:
             return
         with ThreadPoolExecutor(min(self.parallelism, len(ids))) as pool:
-            list(pool.map(self.participants.fence, ids))
+            list(pool.map(self._fence_one, ids))

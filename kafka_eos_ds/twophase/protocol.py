@@ -182,6 +182,13 @@ class ProgressStore(Protocol):
         """Attach ``progress`` to ``participant`` so both commit atomically (a no-op if the
         participant is no longer open); with None, store the progress on its own."""
 
+    def started(self, progress: Mapping[str, Any], first: Participant) -> Optional[bool]:
+        """Whether ``first``, which carried ``progress``, committed: True, False, or None
+        when neither the participant nor the stored progress can tell."""
+
+    def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+        """Why :meth:`started` could not tell, and what the operator can do (for the error)."""
+
 
 class TaskTransaction(Protocol):
     """The executor side of a sink: one task attempt's work, run by :func:`~.task.run_task`."""

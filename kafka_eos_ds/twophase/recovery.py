@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, DoneMark, Participant
 
 
@@ -79,7 +80,19 @@ def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
                 participants: Iterable[Optional[Participant]],
                 progress: Optional[Mapping[str, Any]] = None) -> CommitPlan:
     """Idempotent per batch: a batch already done is a no-op; a batch already decided is
-    finished with the participants *recorded* in its decision, never with new ones."""
+    finished with the participants *recorded* in its decision, never with new ones.
+
+    A batch older than the query's latest decision is refused (TransactionError, not
+    retriable): only a driver that fell behind (a zombie resuming an old commit) gets
+    here, and its decision would overwrite the newer one, so recovery would no longer
+    see the newer batch and fence it after its output became visible.
+    """
+    if latest is not None and latest.query_id == query_id and int(batch_id) < latest.batch_id:
+        raise TransactionError(
+            f"Refusing to commit batch {batch_id} of query {query_id}: batch {latest.batch_id} of the same query "
+            f"is already {latest.state.value}. Another driver of this query has moved past this batch (a driver "
+            "that was presumed dead and resumed?); this one must stop. Its transactions are left open and are "
+            "aborted by the running query's next recovery or abort.")
     if latest is not None and latest.same_batch(query_id, batch_id) and latest.state != ABANDONED:
         if latest.state == DONE:
             return CommitPlan(noop=True)

@@ -1,0 +1,205 @@
+"""The sink's decision log and recovery against a real Kafka: they never guess.
+
+* the decision's partition is pinned: partitions added to the commit-log topic do not
+  hide a decision; a deleted commit log makes the restart fail, writing nothing;
+* a decision write is definite: a stalled write fenced by a later driver step never
+  becomes visible;
+* a decision of a query whose checkpoint was lost is finished or abandoned only when
+  recovery can tell whether it started; otherwise recovery fails;
+* an older batch's commit (a driver that fell behind) never overwrites a newer decision.
+
+The first two need Spark (the pipeline subprocess of :mod:`.sink_runs`); the others drive
+the sink's driver and task code directly against the broker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.sql.types import StringType, StructField, StructType
+
+from integration.helpers import consume_all, unique_name
+from integration.sink_runs import assert_crashed
+from integration.test_sink_crash import (
+    BATCH,
+    RECORDS,
+    _visible_once_markers_land,
+    pipeline,  # noqa: F401  (fixture)
+)
+from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.sink.driver import KafkaSinkDriver
+from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.sink.task_writer import _PartitionWriter
+from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
+
+SCHEMA = StructType([StructField("value", StringType())])
+
+
+def _wait(condition, seconds=60, what="condition"):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def _partitions_moving(prefix):
+    """A partition count under which the prefix hashes away from partition 0, where the
+    sink's first decision went (the topic is created with one partition)."""
+    return next(n for n in range(2, 32) if zlib.crc32(prefix.encode()) % n != 0)
+
+
+# -- point 4: the decision's partition is pinned -----------------------------------
+
+def test_partitions_added_to_the_commit_log_do_not_hide_a_decision(pipeline):  # noqa: F811
+    log_topic = f"log-{pipeline.output}"
+    options = [f"commitLogTopic={log_topic}"]
+    # Batch 1 decided and partly committed: a restart that missed the decision would
+    # fence the rest and write the whole batch again (duplicates of the committed part).
+    assert_crashed(pipeline.run("driver-after-first-commit@1", sink_options=options))
+    assert BATCH < _visible_once_markers_land(pipeline, BATCH + 1) < 2 * BATCH
+    admin = AdminClient(pipeline.conf)
+    total = _partitions_moving(pipeline.prefix)
+    admin.create_partitions([NewPartitions(log_topic, total)])[log_topic].result(30)
+    _wait(lambda: len(admin.list_topics(log_topic, timeout=10).topics[log_topic].partitions) == total,
+          what="the added partitions")
+    run = pipeline.run(sink_options=options)
+    assert run.returncode == 0, run.log[-3000:]
+    assert "finishing the commit of batch 1" in run.log
+    report = pipeline.audit()
+    assert report.ok, report.table()
+    assert report.records_in == RECORDS and report.unique_out == RECORDS == report.records_out
+    # The decisions stayed where the first one went; none moved to the hashed partition.
+    latest = KafkaDecisionLog(pipeline.conf, log_topic, pipeline.prefix)
+    assert latest.latest().state == DONE and latest._partition == 0
+
+
+def test_a_deleted_commit_log_fails_the_restart_loudly_and_writes_nothing(pipeline):  # noqa: F811
+    log_topic = f"log-{pipeline.output}"
+    options = [f"commitLogTopic={log_topic}"]
+    assert_crashed(pipeline.run("driver-after-first-commit@1", sink_options=options))
+    visible = _visible_once_markers_land(pipeline, BATCH + 1)
+    assert BATCH < visible < 2 * BATCH
+    open_before = pipeline.open_ids()
+    admin = AdminClient(pipeline.conf)
+    admin.delete_topics([log_topic], operation_timeout=30)[log_topic].result(60)
+    _wait(lambda: log_topic not in admin.list_topics(timeout=10).topics, what="the topic's deletion")
+    run = pipeline.run(sink_options=options)
+    assert run.returncode != 0
+    assert f"The commit-log topic '{log_topic}' (option 'commitLogTopic') holds no decision" in run.log, \
+        run.log[-3000:]
+    assert "new 'checkpointLocation'" in run.log
+    time.sleep(2)
+    assert len(pipeline.visible()) == visible           # nothing written, nothing committed
+    assert pipeline.open_ids() == open_before           # nothing fenced either
+
+
+# -- the sink's driver and tasks, without Spark ------------------------------------
+
+@pytest.fixture
+def sink(kafka, new_topic):
+    """A sink on a fresh output topic, prefix and commit log; its driver and a task helper."""
+    topic = new_topic(1, prefix="out")
+
+    class S:
+        conf = {"bootstrap.servers": kafka.bootstrap}
+        output = topic
+        log_topic = unique_name("log")
+        prefix = f"dec-{topic}"
+        config = SinkConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
+                                          "transactionalIdPrefix": f"dec-{topic}",
+                                          "commitLogTopic": log_topic}, SCHEMA)
+        driver = KafkaSinkDriver(config, commit_timeout_s=30)
+
+        @staticmethod
+        def precommitted(partition, rows, query, batch):
+            """One task's transaction, written and left open, as a task hands it to the driver."""
+            writer = _PartitionWriter(S.config, partition, 0)
+            writer.write_all([(r,) for r in rows])
+            writer.pre_commit()
+            assert writer.pid_epoch is not None
+            return KafkaCommitMessage(query, batch, partition, 0, len(rows), writer.transactional_id,
+                                      *writer.pid_epoch)
+
+        @staticmethod
+        def log():
+            return KafkaDecisionLog(S.conf, S.log_topic, S.prefix)
+
+    return S
+
+
+def test_a_stalled_decision_write_fenced_by_a_later_step_never_becomes_visible(sink):
+    stale = Decision("q", 4, DECIDED, (Participant(f"{sink.prefix}-0-0", 0, 0, 5, {"producer_id": 1, "epoch": 0}),))
+    entered, release = threading.Event(), threading.Event()
+
+    def stall(point, **_):
+        if point == "decision-before-commit":
+            entered.set()
+            release.wait(60)
+
+    errors = []
+
+    def write():
+        try:
+            sink.log().write(stale)
+        except Exception as exc:
+            errors.append(exc)
+
+    faults.install(stall)
+    try:
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        entered.wait(30)
+        sink.driver.abort([], 4, "q")  # Spark aborted the batch: the driver gives it up
+        release.set()
+        writer.join(60)
+    finally:
+        release.set()
+        faults.install(None)
+    assert not writer.is_alive()
+    assert sink.log().latest() is None, "the stalled decision landed after the abort"
+    assert errors and "took over" in str(errors[0])
+
+
+def test_a_lost_checkpoints_decision_whose_start_cannot_be_told_fails_recovery(sink, new_topic):
+    # A decision of a query whose checkpoint is gone; its first transaction is unknown to
+    # the coordinator (as after transactional.id.expiration.ms) and the source group holds
+    # no offsets: whether the batch started cannot be known.
+    group, source = unique_name("group"), new_topic(2, prefix="in")
+    progress = {"group": group, "offsets": {source: {"0": 150, "1": 150}}}
+    first = Participant(f"{sink.prefix}-0-0", 0, 0, 75, {"producer_id": 987654, "epoch": 0})
+    decided = Decision("old-query", 1, DECIDED, (first,), progress)
+    log = sink.log()
+    log.fence_writers()
+    log.write(decided)
+    with sink.driver._committer() as committer, \
+            pytest.raises(TransactionError, match="Cannot tell whether batch 1 of query old-query") as info:
+        committer.recover("new-query")
+    assert not info.value.retriable
+    assert f"consumer group '{group}'" in str(info.value) and "--reset-offsets" in str(info.value)
+    assert sink.log().latest() == decided  # not abandoned
+    # The group holds the previous batch's end: the batch did not start, and is abandoned.
+    with sink.driver._committer() as committer:
+        committer.participants.coordinator.commit_offsets(group, {source: {"0": 100, "1": 150}})
+        committer.recover("new-query")
+    assert sink.log().latest() == decided.with_state(ABANDONED)
+
+
+def test_an_older_batch_committed_after_a_newer_one_is_refused(sink):
+    older = sink.precommitted(1, [f"b4-{i}" for i in range(20)], "q", 4)   # held by a driver that fell behind
+    newer = sink.precommitted(0, [f"b5-{i}" for i in range(30)], "q", 5)
+    sink.driver.commit([newer], 5, "q")
+    with pytest.raises(TransactionError, match="Refusing to commit batch 4 of query q") as info:
+        KafkaSinkDriver(sink.config, commit_timeout_s=30).commit([older], 4, "q")
+    assert not info.value.retriable
+    KafkaSinkDriver(sink.config, commit_timeout_s=30).abort([older], 4, "q")  # what Spark does next
+    latest = sink.log().latest()
+    assert (latest.batch_id, latest.state) == (5, DONE)
+    values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
+    assert values == sorted(f"b5-{i}" for i in range(30))
