@@ -26,7 +26,6 @@ from kafka_eos_tools.broker.security import USERS
 COMMIT_LOG = "_kafka_eos_commit_log"
 # The sink reads its commit log with a consumer of this group (assigned partitions, no
 # subscription), which librdkafka still looks the coordinator up for: a user needs READ on it.
-COMMIT_LOG_READER = "kafka-eos-commit-log-reader"
 
 # Imported first by every Python process of a driver run (the driver and Spark's Python
 # workers, where the sink's driver side and the tasks run), so the kafka_eos_ds loggers
@@ -87,7 +86,7 @@ def grant(cluster: EmbeddedKafka, user: str, pipe: Pipeline, *, transactional_id
                         write_topics=[COMMIT_LOG] + ([pipe.output] if write_output else []),
                         # Without WRITE the output stays visible: the denial is then about writing.
                         describe_topics=[] if write_output else [pipe.output],
-                        groups=[pipe.group, COMMIT_LOG_READER], transactional_id_prefix=pipe.prefix if transactional_ids else None)
+                        groups=[pipe.group], transactional_id_prefix=pipe.prefix if transactional_ids else None)
 
 
 @dataclass

@@ -441,3 +441,32 @@ def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
         server.close()
     assert "TLS handshake failed" in str(failure.value) and "reach" not in str(failure.value)
     assert not failure.value.retriable
+
+
+def test_unsecured_oauthbearer_jwt_becomes_librdkafkas_unsecure_jwt():
+    from kafka_eos_ds.kafka.java_settings import translate
+
+    out = translate({"bootstrap.servers": "b:9092", "security.protocol": "SASL_PLAINTEXT",
+                     "sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config":
+                     'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+                     'unsecuredLoginStringClaim_sub="alice";'})
+    assert out["sasl.mechanisms"] == "OAUTHBEARER"
+    assert (out["enable.sasl.oauthbearer.unsecure.jwt"], out["sasl.oauthbearer.config"]) == ("true", "principal=alice")
+    assert "sasl.jaas.config" not in out
+
+
+def test_socket_buffer_sizes_get_librdkafkas_names():
+    from kafka_eos_ds.kafka.java_settings import translate
+
+    out = translate({"bootstrap.servers": "b:9092", "receive.buffer.bytes": "65536", "send.buffer.bytes": "131072"})
+    assert (out["socket.receive.buffer.bytes"], out["socket.send.buffer.bytes"]) == ("65536", "131072")
+    assert "receive.buffer.bytes" not in out and "send.buffer.bytes" not in out
+
+
+@pytest.mark.parametrize("key, option", [("max.poll.records", "arrowBatchRecords"),
+                                         ("default.api.timeout.ms", "kafkaConsumer.pollTimeoutMs")])
+def test_java_consumer_limits_are_refused_naming_the_source_option(key, option):
+    from kafka_eos_ds.kafka.java_settings import translate
+
+    with pytest.raises(ConfigError, match=f"'kafka.{key}'.*'{option}'"):
+        translate({"bootstrap.servers": "b:9092", key: "10"})

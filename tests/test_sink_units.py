@@ -336,3 +336,29 @@ def test_unfit_names_each_transaction_that_can_no_longer_commit_and_the_options_
     short = KafkaTransactions(Coordinator(), "etl", 8_000)
     states["etl-5-0"] = TxnState("etl-5-0", "Ongoing", 12, 3, now_ms - 2_000, 8_000)
     assert short.unfit([part(5, 12)], 15) is None
+
+
+def test_task_producer_log_keeps_why_the_transaction_failed(caplog):
+    """A producer refused WRITE on a topic reports its records only as purged; the cause
+    is in librdkafka's TXNERR log line, which the task's error must carry."""
+    import logging
+
+    from confluent_kafka import KafkaError
+    from confluent_kafka import Producer as RealProducer
+
+    from kafka_eos_ds.sink.task_writer import _delivery_error, _TxnLog
+
+    log = _TxnLog()
+    producer = RealProducer({"bootstrap.servers": "127.0.0.1:1", "logger": log, "debug": "broker",
+                             "socket.connection.setup.timeout.ms": 1000})
+    with caplog.at_level(logging.DEBUG, logger="kafka_eos_ds.librdkafka"):
+        producer.poll(0.5)
+    assert caplog.records, "librdkafka's lines reach Python logging through the task's logger"
+    log.log(logging.ERROR, "%s [%s] %s", "TXNERR", "rdkafka#producer-1",
+            "Current transaction failed in state InTransaction: Failed to add partition(s) to transaction: "
+            "Broker: Topic authorization failed (TOPIC_AUTHORIZATION_FAILED)")
+    cfg = SinkConfig.from_options(OPTS, SCHEMA)
+    error = _delivery_error(KafkaError(KafkaError._PURGE_QUEUE), "out", 100, cfg, txn_failure=log.failure)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(error) and "grant" in str(error) and not error.retriable
+    other = _delivery_error(KafkaError(KafkaError._PURGE_QUEUE), "out", 100, cfg, txn_failure="Broker: boom")
+    assert "the transaction failed: Broker: boom" in str(other)

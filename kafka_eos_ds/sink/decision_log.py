@@ -182,7 +182,7 @@ class KafkaDecisionLog:
         partitions = self.ensure_topic()
         hashed = partition_for(self.key, partitions)
         consumer = Consumer(client_config(self._conf, "commit_log", **{
-            "group.id": "kafka-eos-commit-log-reader", "enable.auto.commit": False,
+            "group.id": reader_group(self.key), "enable.auto.commit": False,
             "isolation.level": "read_committed", "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
         key = self.key.encode()
         try:
@@ -233,3 +233,10 @@ class KafkaDecisionLog:
         # Every write committed or aborted its transaction before returning: nothing to flush.
         self._producer = None
 
+
+def reader_group(prefix: str) -> str:
+    """The consumer group of the commit-log reader. librdkafka's consumers need one even
+    when they only assign partitions, and look its coordinator up, which Kafka ACLs
+    check; named under the sink's prefix, one prefixed Group ACL on
+    ``transactionalIdPrefix`` covers it (docs/sink.md, "Secured clusters")."""
+    return f"{prefix}.commit-log-reader"

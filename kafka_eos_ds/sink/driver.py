@@ -79,7 +79,9 @@ class KafkaSinkDriver:
     def _check_and_recover(self) -> DoneMark:
         metadata = cluster_metadata(self.config)
         if self.config.topic is not None and self.config.topic not in metadata.topics:
-            raise ConfigError(f"Topic '{self.config.topic}' (option 'topic') does not exist; create it first.")
+            # A principal without DESCRIBE on a topic does not see it in metadata at all.
+            raise ConfigError(f"Topic '{self.config.topic}' (option 'topic') does not exist, or this principal may "
+                              "not see it: create it first, or (Kafka ACLs) grant DESCRIBE and WRITE on it.")
         if not self.config.exactly_once:
             return DoneMark()
         query = None

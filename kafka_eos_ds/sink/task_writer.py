@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import threading
 from itertools import islice, repeat
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
-from kafka_eos_ds.kafka.client_settings import client_config, client_error
+from kafka_eos_ds.kafka.client_settings import LIBRDKAFKA_LOGGER, client_config, client_error
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
@@ -38,6 +38,30 @@ class _Delivery:
     def __call__(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.errors.append((err, msg.topic() if msg is not None else None))
+
+    def first(self) -> tuple:
+        """The error that explains the others: when a transactional producer fails (a
+        topic it may not write to, say), librdkafka purges its queue and reports the
+        purged records too, often before the record that carries the cause."""
+        from confluent_kafka import KafkaError
+
+        purged = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+        return next((e for e in self.errors if e[0].code() not in purged), self.errors[0])
+
+
+class _TxnLog:
+    """A task producer's librdkafka log, passed on to Python logging; keeps the line that
+    says why the transaction failed (TXNERR). When a transactional producer fails (a topic
+    it may not write to, say), its delivery reports only say that the records were purged:
+    this line is the cause."""
+
+    def __init__(self) -> None:
+        self.failure: Optional[str] = None
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        LIBRDKAFKA_LOGGER.log(level, fmt, *args)
+        if len(args) == 3 and args[0] == "TXNERR":  # confluent-kafka logs (facility, client name, message)
+            self.failure = str(args[2])
 
 
 class _Stats:
@@ -78,6 +102,7 @@ class _PartitionWriter:
                                  if config.exactly_once and config.prefix is not None else None)
         self.producer: Any = None
         self.delivery = _Delivery()
+        self.txn_log = _TxnLog()
         self.stats = _Stats()
         self.records = 0
         self.pid_epoch: Optional[tuple[int, int]] = None
@@ -93,7 +118,7 @@ class _PartitionWriter:
             fixed.update({"transactional.id": self.transactional_id,
                           "transaction.timeout.ms": self.config.transaction_timeout_ms,
                           "statistics.interval.ms": _STATS_INTERVAL_MS, "stats_cb": self.stats})
-        self.conf = client_config(self.config.producer, "task_producer", **fixed)
+        self.conf = {**client_config(self.config.producer, "task_producer", **fixed), "logger": self.txn_log}
         try:
             self.producer = Producer(self.conf)
             if self.config.exactly_once:
@@ -143,8 +168,10 @@ class _PartitionWriter:
             raise KafkaClientError(f"{left} record(s) were not acknowledged by Kafka before the flush timed out.",
                                    retriable=True)
         if self.delivery.errors:
-            err, topic = self.delivery.errors[0]
-            raise _delivery_error(err, topic, len(self.delivery.errors), self.config)
+            self.producer.poll(0)  # serve the log line that says why, if it is still queued
+            err, topic = self.delivery.first()
+            raise _delivery_error(err, topic, len(self.delivery.errors), self.config, self.conf, self.producer,
+                                  self.txn_log.failure)
         if self.config.exactly_once:
             # Awaited only now, so the statistics interval passes while the task writes.
             self._await_producer_id()
@@ -290,7 +317,9 @@ def _too_large(topic: Optional[str], config: SinkConfig) -> Exception:
                             "'kafka.message.max.bytes' together, or write smaller records.")
 
 
-def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConfig) -> Exception:
+def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConfig,
+                    conf: Optional[Mapping[str, Any]] = None, producer: Any = None,
+                    txn_failure: Optional[str] = None) -> Exception:
     from confluent_kafka import KafkaError
 
     code = err.code()
@@ -301,7 +330,16 @@ def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConf
                            "(option 'topic' / columns 'topic', 'partition').")
     if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
         return TransactionFencedError(f"A newer producer took over this task's transactional id: {err}")
+    if code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT) and txn_failure:
+        if "TOPIC_AUTHORIZATION_FAILED" in txn_failure or "Topic authorization failed" in txn_failure:
+            code = KafkaError.TOPIC_AUTHORIZATION_FAILED
+        else:
+            return KafkaClientError(f"{count} record(s) were not delivered to Kafka: the transaction failed: "
+                                    f"{txn_failure}", retriable=True)
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return KafkaClientError(f"Not authorized to write to topic {topic!r} (TOPIC_AUTHORIZATION_FAILED): grant the "
+                                "principal WRITE and DESCRIBE on it (Kafka ACLs).", retriable=False)
     from confluent_kafka import KafkaException
 
     return client_error(f"{count} record(s) were not delivered to Kafka; first error", KafkaException(err),
-                        config.producer)
+                        conf if conf is not None else config.producer, producer)

@@ -294,7 +294,7 @@ def pipeline_acls(user: str, *, read_topics: Iterable[str] = (), write_topics: I
                   transactional_id_prefix: str | None = None, idempotent_write: bool = False) -> list:
     """ACL bindings (confluent-kafka ``AclBinding``) allowing ``user`` what a pipeline does:
     read/describe its input, write/describe its output (and the commit log), read its
-    consumer group, write/describe transactional ids under a prefix. ``describe_topics``:
+    consumer group, write/describe transactional ids and read the sink's groups under a prefix. ``describe_topics``:
     topics the user may see but neither read nor write."""
     from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
@@ -317,8 +317,12 @@ def pipeline_acls(user: str, *, read_topics: Iterable[str] = (), write_topics: I
     for group in groups:
         bindings += [allow(ResourceType.GROUP, group, op) for op in (AclOperation.READ, AclOperation.DESCRIBE)]
     if transactional_id_prefix is not None:
+        # The sink's transactional ids and its commit-log reader's group are named under
+        # its prefix: one prefixed pattern each.
         bindings += [allow(ResourceType.TRANSACTIONAL_ID, transactional_id_prefix, op, ResourcePatternType.PREFIXED)
                      for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
+        bindings += [allow(ResourceType.GROUP, transactional_id_prefix, op, ResourcePatternType.PREFIXED)
+                     for op in (AclOperation.READ, AclOperation.DESCRIBE)]
     if idempotent_write:
         bindings.append(allow(ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE))
     # A topic both read and written is described once: the admin API refuses duplicates.
