@@ -18,8 +18,8 @@ OLDER_LINES=(4.0.5 4.1.4 4.2.1)
 # cores): the source (a batch read and bounded streaming batches over aborted
 # transactions, side by side with Spark's built-in connector), the exactly-once sink at
 # crash points 1, 3 (a driver kill mid-commit), 5 and 9, the file sink (a streaming query
-# and a driver kill mid-commit), Spark Connect with a server kill, and the README's main
-# job. The other crash points and the chaos suite run on the newest line only.
+# and a driver kill mid-commit), Spark Connect with a server kill, the README's main
+# job, and the pipeline on a SASL/SCRAM broker configured with Java client settings. The other crash points and the chaos suite run on the newest line only.
 CORE_SUBSET=(
   "integration/test_source.py::test_batch_read_of_aborted_transactions_equals_builtin_read_committed"
   "integration/test_source.py::test_streaming_read_of_aborted_transactions_in_bounded_batches"
@@ -31,6 +31,7 @@ CORE_SUBSET=(
   "integration/test_file_sink.py::test_3_driver_dies_after_committing_some_files"
   integration/test_spark_connect.py
   integration/test_demo.py
+  "integration/test_security.py::test_sasl_pipeline_with_jaas_config[SCRAM-SHA-512]"
 )
 
 # One pytest run in one venv; its summary line goes to $summary.
