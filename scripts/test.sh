@@ -19,7 +19,8 @@ OLDER_LINES=(4.0.5 4.1.4 4.2.1)
 # transactions, side by side with Spark's built-in connector), the exactly-once sink at
 # crash points 1, 3 (a driver kill mid-commit), 5 and 9, the file sink (a streaming query
 # and a driver kill mid-commit), Spark Connect with a server kill, the README's main
-# job, and the pipeline on a SASL/SCRAM broker configured with Java client settings. The other crash points and the chaos suite run on the newest line only.
+# job, and the pipeline on a SASL/SCRAM broker configured with Java client settings.
+# The other crash points and the chaos suite run on the newest line only.
 CORE_SUBSET=(
   "integration/test_source.py::test_batch_read_of_aborted_transactions_equals_builtin_read_committed"
   "integration/test_source.py::test_streaming_read_of_aborted_transactions_in_bounded_batches"

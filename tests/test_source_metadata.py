@@ -29,3 +29,27 @@ def test_assign_of_a_missing_partition_fails():
     assert metadata({"a": 2}, assign='{"a": [0, 1]}').partitions() == {("a", 0), ("a", 1)}
     with pytest.raises(ConfigError, match="'assign' names partitions that do not exist: a-2, b-0"):
         metadata({"a": 2}, assign='{"a": [0, 2], "b": [0]}').partitions()
+
+
+def test_committed_offsets_are_asked_again_while_the_groups_coordinator_moves(monkeypatch):
+    """A fresh broker answered the first lookup with NOT_COORDINATOR, which failed the query."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    meta = KafkaMetadata(SourceOptions.from_spark({"kafka.bootstrap.servers": "h:1", "subscribe": "a"},
+                                                  streaming=True))
+    answers = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)),
+               KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)),
+               [TopicPartition("a", 0, 42), TopicPartition("a", 1, -1001)]]
+
+    class Consumer:
+        def committed(self, partitions, timeout):
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    monkeypatch.setattr(meta, "consumer", lambda: Consumer())
+    meta._consumer_conf = {"bootstrap.servers": "h:1"}
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    assert meta.committed([("a", 0), ("a", 1)]) == {("a", 0): 42, ("a", 1): None}
+    assert answers == []

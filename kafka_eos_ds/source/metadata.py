@@ -10,6 +10,7 @@ confluent-kafka errors are translated by :func:`~kafka_eos_ds.kafka.client_setti
 from __future__ import annotations
 
 import re
+import time
 from typing import Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError
@@ -115,10 +116,19 @@ class KafkaMetadata:
             return {}
         consumer = self.consumer()
         group_id = self._options.group_id
-        try:
-            result = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=_TIMEOUT_S)
-        except Exception as exc:
-            raise client_error(f"read committed offsets of group {group_id!r}", exc, self._consumer_conf) from exc
+        # On a fresh or restarted broker the group's coordinator is still being elected or
+        # loaded (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS): asked again, it answers.
+        deadline, delay = time.monotonic() + _TIMEOUT_S, 0.1
+        while True:
+            try:
+                result = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=_TIMEOUT_S)
+                break
+            except Exception as exc:
+                error = client_error(f"read committed offsets of group {group_id!r}", exc, self._consumer_conf)
+                if not (error.retriable or _coordinator_moving(exc)) or time.monotonic() + delay > deadline:
+                    raise error from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
         return {(r.topic, r.partition): (r.offset if r.offset >= 0 else None) for r in result}
 
     def _list_offsets(self, specs: dict) -> Offsets:
@@ -134,6 +144,14 @@ class KafkaMetadata:
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
         except Exception as exc:
             raise client_error("list offsets", exc, self._admin_conf, self._admin) from exc
+
+
+def _coordinator_moving(exc: BaseException) -> bool:
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc.args else None
+    return err is not None and hasattr(err, "code") and err.code() in (
+        KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
 def _client(factory, conf: dict):
