@@ -204,8 +204,8 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
 
 # --- Spark's own retry machinery: speculative copies, a resubmitted writing stage ----------
 
-RETRY_RECORDS = 6_000  # three batches of 2,000: the faults target the middle one
-RETRY_BATCH = 1
+RETRY_RECORDS = 6_000  # three batches of 2,000
+RETRY_BATCH = 1  # the stalled writing stage of the stage-retry test
 # A task of the writing stage that has run this long is the slowed one (the others take
 # a second or two, several on a loaded machine).
 SLOW_TASK_SECONDS = 4.0
@@ -303,12 +303,26 @@ def _assert_exactly_once(settled: dict) -> None:
     assert settled["committed_end"] == settled["high_watermark"]
 
 
-def test_speculative_copies_on_a_standalone_cluster_are_exactly_once(kafka, tmp_path):
+# Which attempt of the stalled task wins, and the faults that make it so (after the
+# pre-commit, so the loser holds an open transaction when Spark kills it):
+# "copy": attempt 0 stalls for good, the speculative attempt 1 wins;
+# "original": attempt 0 stalls long enough to be copied, the copy stalls for good.
+# In the last batch (2): no later batch's recovery cleans up after the loser there.
+SPECULATION_FAULTS = {
+    "copy": "task-after-precommit@2#0!0:sleep60",
+    "original": "task-after-precommit@2#0!0:sleep12,task-after-precommit@2#0!1:sleep60",
+}
+
+
+@pytest.mark.parametrize("winner", ["copy", "original"])
+def test_speculative_copies_on_a_standalone_cluster_are_exactly_once(kafka, tmp_path, winner):
     """Spark's speculation for real: two workers on different loopback addresses (two
     hosts), attempt 0 of task 0 of a batch pre-commits and then stalls, Spark launches a
-    speculative copy on the other host, the copy wins, the stalled attempt is killed with
-    its transaction open, and the driver's post-commit fence aborts it."""
+    speculative copy on the other host; the winner commits, the loser is killed with its
+    transaction open. A losing attempt 0 is a lower attempt of the winner; a losing copy
+    (attempt 1) is not, and only the driver's post-commit fence of every open id aborts it."""
     started = time.monotonic()
+    loser = 0 if winner == "copy" else 1
     cluster = StandaloneCluster(tmp_path / "spark", hosts=("127.0.0.2", "127.0.0.3"))
     try:
         cluster.start()
@@ -318,8 +332,8 @@ def test_speculative_copies_on_a_standalone_cluster_are_exactly_once(kafka, tmp_
                        # Judge a task by its run time alone: the stalled one has read all
                        # its records, so by its rate it would look efficient for a while.
                        "spark.speculation.efficiency.enabled": "false"}
-        driver, names = _retry_run(kafka, cluster, tmp_path, "speculation",
-                                   f"task-after-precommit@{RETRY_BATCH}#0!0:sleep60", speculation, [])
+        driver, names = _retry_run(kafka, cluster, tmp_path, "speculation", SPECULATION_FAULTS[winner],
+                                   speculation, [])
         try:
             assert driver.wait(DRAIN_TIMEOUT) == 0, tail(driver.log)
         finally:
@@ -333,22 +347,23 @@ def test_speculative_copies_on_a_standalone_cluster_are_exactly_once(kafka, tmp_
     speculative = [t for t in starts if t["Speculative"]]
     # The executor of the stalled attempt logs Spark's kill of it (the application may stop
     # before the killed attempt's end reaches the event log).
-    lost_to_copy = [line for log in (tmp_path / "spark").glob("worker-*/app-*/*/stderr")
+    loser_killed = [line for log in (tmp_path / "spark").glob("worker-*/app-*/*/stderr")
                     for line in log.read_text(errors="replace").splitlines()
-                    if "trying to kill task 0.0 in stage" in line and "reason: another attempt succeeded" in line]
+                    if f"trying to kill task 0.{loser} in stage" in line
+                    and "reason: another attempt succeeded" in line]
     figures = {**_figures(settled["report"]), "speculative_attempts": len(speculative),
-               "attempts_killed_for_a_winning_copy": len(lost_to_copy),
+               "loser_killed": len(loser_killed),
                "hosts": sorted({t["Host"] for t in starts}),
                "attempt_ids": sorted(t for t in settled["ids"] if not t.endswith("-0")),
                "seconds": round(time.monotonic() - started, 1)}
-    _record("standalone 2 hosts: speculation", figures)
+    _record(f"standalone 2 hosts: speculation, the {winner} wins", figures)
     print("speculation: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
     assert speculative, "Spark launched no speculative copy"
     # The copy is attempt 1 of task 0 and wrote under its own transactional id ...
     assert any(t["Index"] == 0 and t["Attempt"] >= 1 for t in speculative)
     assert f"{names['prefix']}-0-1" in settled["ids"]
-    # ... and the stalled attempt 0, pre-committed, lost to it.
-    assert lost_to_copy, "Spark killed no attempt 0 for a winning copy"
+    # ... and the loser, pre-committed, was killed for the winner.
+    assert loser_killed, f"Spark killed no attempt {loser} for a winning one"
     _assert_exactly_once(settled)
 
 
