@@ -48,8 +48,13 @@ def spark_env(workdir: Path) -> dict[str, str]:
 
 
 class StandaloneCluster:
-    def __init__(self, workdir: Path, workers: int = 2, worker_memory: str = "1g") -> None:
+    def __init__(self, workdir: Path, workers: int = 2, worker_memory: str = "1g",
+                 hosts: tuple[str, ...] = ()) -> None:
+        """``hosts``: one loopback address per worker (default: all on 127.0.0.1). Workers on
+        different addresses are different hosts to Spark, which places a speculative copy
+        of a task only on a host not already running it."""
         self.workdir, self.workers, self.worker_memory = workdir, workers, worker_memory
+        self.hosts = hosts or ("127.0.0.1",) * workers
         self.port, self.webui = free_port(), free_port()
         self.master: subprocess.Popen | None = None
         self.worker_procs: list[subprocess.Popen] = []
@@ -73,10 +78,12 @@ class StandaloneCluster:
         for i in range(self.workers):
             work = self.workdir / f"worker-{i}"
             work.mkdir(parents=True, exist_ok=True)
+            # The worker's executors inherit SPARK_LOCAL_IP: they bind the worker's address too.
+            worker_env = {**env, "SPARK_LOCAL_IP": self.hosts[i]}
             self.worker_procs.append(processes.start(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", "0",
+                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", self.hosts[i], "--port", "0",
                  "--webui-port", str(free_port()), "--cores", "1", "--memory", self.worker_memory,
-                 "--work-dir", str(work), self.url], self.logs()[i + 1], env))
+                 "--work-dir", str(work), self.url], self.logs()[i + 1], worker_env))
         deadline = time.monotonic() + timeout
         while self.alive_workers() < self.workers:
             dead = [p for p in [self.master, *self.worker_procs] if p.poll() is not None]
@@ -107,6 +114,22 @@ class StandaloneCluster:
                         found.append(pid)
                 except OSError:
                     pass
+        return found
+
+    def executor_logs(self) -> dict[int, Path]:
+        """The stderr log of each running executor JVM, by pid (the worker starts it in
+        <work>/<app id>/<executor id>, the ids being on its command line)."""
+        found = {}
+        for i, worker in enumerate(self.worker_procs):
+            for pid in processes.descendants(worker.pid):
+                try:
+                    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if EXECUTOR_CLASS in args:
+                    executor = args[args.index(b"--executor-id") + 1].decode()
+                    app = args[args.index(b"--app-id") + 1].decode()
+                    found[pid] = self.workdir / f"worker-{i}" / app / executor / "stderr"
         return found
 
     def executor_dirs(self) -> list[Path]:

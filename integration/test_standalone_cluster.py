@@ -13,19 +13,25 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from integration.helpers import end_offsets
 from integration.standalone import StandaloneCluster, executor_python, spark_env, spark_submit, tail
 from integration.test_registration import REPO, _package_zip
+from kafka_eos_ds.sink.transactions_tool import list_transactions
+from kafka_eos_tools import faults
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo import processes
-from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader, create_topics
+from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader, create_topics, seed_input
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
 # The least input (20 batches); more is fed while the bounces go on (InputFeeder), so
@@ -194,3 +200,246 @@ def test_exactly_once_on_a_standalone_cluster_with_executor_kills(kafka, cluster
     assert grown_after_kills > 0
     # Two apps (stream, drain), each two executors, plus one relaunch per executor kill.
     assert len(cluster.executor_dirs()) >= 4 + kills["executor"]
+
+
+# --- Spark's own retry machinery: speculative copies, a resubmitted writing stage ----------
+
+RETRY_RECORDS = 6_000  # three batches of 2,000
+RETRY_BATCH = 1  # the stalled writing stage of the stage-retry test
+# A task of the writing stage that has run this long is the slowed one (the others take
+# a second or two, several on a loaded machine).
+SLOW_TASK_SECONDS = 4.0
+
+
+def _package_zip_with_faults(dest: Path) -> Path:
+    """The package zip plus the crash tests' fault hook, which executors load by name."""
+    archive = _package_zip(dest)
+    with zipfile.ZipFile(archive, "a") as zf:
+        for name in ("__init__.py", "faults.py"):
+            zf.write(REPO / "kafka_eos_tools" / name, f"kafka_eos_tools/{name}")
+    return archive
+
+
+def _retry_run(kafka, cluster: StandaloneCluster, tmp_path: Path, name: str, fault: str, conf: dict[str, str],
+               extra_args: list[str]) -> tuple[Submitted, dict]:
+    """Seed the input, start one --available-now run on the cluster with ``fault`` in the
+    executors and Spark's event log on; returns the running driver and the run's names."""
+    run_id = uuid.uuid4().hex[:8]
+    names = {"source": f"{name}-in-{run_id}", "sink": f"{name}-out-{run_id}", "prefix": f"{name}-{run_id}",
+             "events": tmp_path / "events"}
+    create_topics(kafka.bootstrap, {names["source"]: 2, names["sink"]: 3}, kafka.replication())
+    seed_input(kafka.bootstrap, names["source"], RETRY_RECORDS, keys=16)
+    names["events"].mkdir()
+    _await_group_coordinator(kafka.bootstrap, f"{names['prefix']}-source", names["source"])
+    python = executor_python(tmp_path / "python")
+    settings = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
+                "spark.driver.host": "127.0.0.1", "spark.pyspark.python": python,
+                "spark.pyspark.driver.python": python,
+                # The executors only: the driver's points are not the subject here.
+                **{f"spark.executorEnv.{k}": v for k, v in faults.environment(fault).items()},
+                # Spark's record of every stage and task attempt, read after the run.
+                "spark.eventLog.enabled": "true", "spark.eventLog.dir": names["events"].as_uri(),
+                "spark.eventLog.compress": "false", **conf}
+    submit = [spark_submit(), "--master", cluster.url, "--py-files", str(_package_zip_with_faults(tmp_path)),
+              *[arg for k, v in settings.items() for arg in ("--conf", f"{k}={v}")],
+              str(REPO / "kafka_eos_tools" / "demo" / "job.py")]
+    args = ["--bootstrap", kafka.bootstrap, "--input", names["source"], "--output", names["sink"],
+            "--checkpoint", str(tmp_path / "checkpoint"), "--prefix", names["prefix"],
+            "--max-offsets", "2000", "--available-now", *extra_args]
+    return Submitted(cluster, submit, args, tmp_path / f"submit-{name}.log"), names
+
+
+def _await_group_coordinator(bootstrap: str, group: str, topic: str, timeout: float = 60.0) -> None:
+    """Wait until the source group's coordinator answers: on a fresh broker its offsets
+    partition may still be loading, and the query's first offsets lookup fails then
+    (NOT_COORDINATOR), which is not what these tests are about."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition(topic, 0)], timeout=10)
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+    finally:
+        consumer.close()
+
+
+def _events(directory: Path) -> list[dict]:
+    """Every event of the run's event log (Spark 4 writes it as a directory of rolled
+    files). Read while the run goes on, its last line may be incomplete: skipped."""
+    events = []
+    for log in sorted(p for p in directory.rglob("events_*") if p.is_file()):
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+    return events
+
+
+def _settled(kafka, names: dict) -> dict:
+    """Audit the output and the transactions the run left: the figures every scenario asserts."""
+    report = audit({"bootstrap.servers": kafka.bootstrap}, names["source"], names["sink"])
+    conf = {"bootstrap.servers": kafka.bootstrap}
+    return {"report": report, "open": list_transactions(conf, names["prefix"], open_only=True),
+            "ids": [t.transactional_id for t in list_transactions(conf, names["prefix"])],
+            "committed_end": end_offsets(kafka.bootstrap, names["sink"], "read_committed"),
+            "high_watermark": end_offsets(kafka.bootstrap, names["sink"], "read_uncommitted")}
+
+
+def _assert_exactly_once(settled: dict) -> None:
+    report = settled["report"]
+    assert report.records_in == RETRY_RECORDS, report.table()
+    assert report.records_out == RETRY_RECORDS, report.table()
+    assert report.duplicates == 0, report.table()
+    assert report.losses == 0, report.table()
+    assert report.unexpected == 0, report.table()
+    # Nothing of the losing or killed attempts is left open to hold read_committed readers back.
+    assert settled["open"] == []
+    assert settled["committed_end"] == settled["high_watermark"]
+
+
+# Which attempt of the stalled task wins, and the faults that make it so (after the
+# pre-commit, so the loser holds an open transaction when Spark kills it):
+# "copy": attempt 0 stalls for good, the speculative attempt 1 wins;
+# "original": attempt 0 stalls long enough to be copied, the copy stalls for good.
+# In the last batch (2): no later batch's recovery cleans up after the loser there.
+SPECULATION_FAULTS = {
+    "copy": "task-after-precommit@2#0!0:sleep60",
+    "original": "task-after-precommit@2#0!0:sleep12,task-after-precommit@2#0!1:sleep60",
+}
+
+
+@pytest.mark.parametrize("winner", ["copy", "original"])
+def test_speculative_copies_on_a_standalone_cluster_are_exactly_once(kafka, tmp_path, winner):
+    """Spark's speculation for real: two workers on different loopback addresses (two
+    hosts), attempt 0 of task 0 of a batch pre-commits and then stalls, Spark launches a
+    speculative copy on the other host; the winner commits, the loser is killed with its
+    transaction open. A losing attempt 0 is a lower attempt of the winner; a losing copy
+    (attempt 1) is not, and only the driver's post-commit fence of every open id aborts it."""
+    started = time.monotonic()
+    loser = 0 if winner == "copy" else 1
+    cluster = StandaloneCluster(tmp_path / "spark", hosts=("127.0.0.2", "127.0.0.3"))
+    try:
+        cluster.start()
+        speculation = {"spark.speculation": "true", "spark.speculation.multiplier": "1.5",
+                       "spark.speculation.quantile": "0.5", "spark.speculation.minTaskRuntime": "1s",
+                       "spark.speculation.interval": "200ms",
+                       # Judge a task by its run time alone: the stalled one has read all
+                       # its records, so by its rate it would look efficient for a while.
+                       "spark.speculation.efficiency.enabled": "false"}
+        driver, names = _retry_run(kafka, cluster, tmp_path, "speculation", SPECULATION_FAULTS[winner],
+                                   speculation, [])
+        try:
+            assert driver.wait(DRAIN_TIMEOUT) == 0, tail(driver.log)
+        finally:
+            if driver.proc.poll() is None:
+                processes.kill_tree(driver.proc.pid)
+    finally:
+        cluster.stop()
+    events = _events(names["events"])
+    settled = _settled(kafka, names)
+    starts = [e["Task Info"] for e in events if e["Event"] == "SparkListenerTaskStart"]
+    speculative = [t for t in starts if t["Speculative"]]
+    # The executor of the stalled attempt logs Spark's kill of it (the application may stop
+    # before the killed attempt's end reaches the event log).
+    loser_killed = [line for log in (tmp_path / "spark").glob("worker-*/app-*/*/stderr")
+                    for line in log.read_text(errors="replace").splitlines()
+                    if f"trying to kill task 0.{loser} in stage" in line
+                    and "reason: another attempt succeeded" in line]
+    figures = {**_figures(settled["report"]), "speculative_attempts": len(speculative),
+               "loser_killed": len(loser_killed),
+               "hosts": sorted({t["Host"] for t in starts}),
+               "attempt_ids": sorted(t for t in settled["ids"] if not t.endswith("-0")),
+               "seconds": round(time.monotonic() - started, 1)}
+    _record(f"standalone 2 hosts: speculation, the {winner} wins", figures)
+    print("speculation: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    assert speculative, "Spark launched no speculative copy"
+    # The copy is attempt 1 of task 0 and wrote under its own transactional id ...
+    assert any(t["Index"] == 0 and t["Attempt"] >= 1 for t in speculative)
+    assert f"{names['prefix']}-0-1" in settled["ids"]
+    # ... and the loser, pre-committed, was killed for the winner.
+    assert loser_killed, f"Spark killed no attempt {loser} for a winning one"
+    _assert_exactly_once(settled)
+
+
+def _slow_writing_task_executor(cluster: StandaloneCluster, driver: Submitted, events: Path,
+                                deadline: float) -> int:
+    """The pid of the executor running a task of a writing stage for SLOW_TASK_SECONDS or
+    more. Writing stages come from the event log as it is written (Spark runs each
+    batch's shuffle map stage as a job of its own, then a job of two stages, that one
+    (skipped: its output is there) and the writing stage: the job's last stage id); the running tasks from the
+    executors' logs ('Running task 0.0 in stage 7.0 (TID 12)' without its 'Finished')."""
+    running_since: dict = {}
+    while time.monotonic() < deadline:
+        driver.check_running()
+        now = time.monotonic()
+        writing = {max(e["Stage IDs"]) for e in _events(events)
+                   if e["Event"] == "SparkListenerJobStart" and len(e["Stage IDs"]) > 1}
+        for pid, log in cluster.executor_logs().items():
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                continue
+            running = set(RUNNING.findall(text)) - set(FINISHED.findall(text))
+            for stage, tid in running:
+                if int(stage) in writing and now - running_since.setdefault((pid, tid), now) >= SLOW_TASK_SECONDS:
+                    return pid
+        time.sleep(0.5)
+    pytest.fail(f"no task of a writing stage ran for {SLOW_TASK_SECONDS:.0f}s:\n{cluster.log_tails()}")
+
+
+RUNNING = re.compile(r"Running task \S+ in stage (\d+)\.\d+ \(TID (\d+)\)")
+FINISHED = re.compile(r"Finished task \S+ in stage (\d+)\.\d+ \(TID (\d+)\)")
+
+
+def test_a_resubmitted_writing_stage_on_a_standalone_cluster_is_exactly_once(kafka, tmp_path):
+    """A shuffle before the sink; while a batch's writing stage runs (its task 0 stalled
+    before its pre-commit) the executor running that task is SIGKILLed. Its shuffle
+    output is lost with it, the task's retry cannot fetch it (FetchFailed), and Spark
+    resubmits the map stage and then the writing stage as stage attempt 1, whose tasks
+    reuse the transactional ids of attempt 0."""
+    started = time.monotonic()
+    # Two hosts: on one, an executor would read a dead neighbour's shuffle files straight
+    # from the shared disk (spark.shuffle.readHostLocalDisk) and nothing would be lost.
+    cluster = StandaloneCluster(tmp_path / "spark", hosts=("127.0.0.2", "127.0.0.3"))
+    try:
+        cluster.start()
+        driver, names = _retry_run(kafka, cluster, tmp_path, "stage-retry",
+                                   f"task-before-precommit@{RETRY_BATCH}#0!0:sleep20", {}, ["--shuffle"])
+        try:
+            victim = _slow_writing_task_executor(cluster, driver, names["events"], time.monotonic() + STEP_TIMEOUT)
+            killed = processes.kill_tree(victim)
+            assert driver.wait(DRAIN_TIMEOUT) == 0, tail(driver.log)
+        finally:
+            if driver.proc.poll() is None:
+                processes.kill_tree(driver.proc.pid)
+    finally:
+        cluster.stop()
+    events = _events(names["events"])
+    settled = _settled(kafka, names)
+    # The writing stage: the last stage of a two-stage job (see _slow_writing_task_executor).
+    writing = {max(e["Stage IDs"]) for e in events
+               if e["Event"] == "SparkListenerJobStart" and len(e["Stage IDs"]) > 1}
+    attempts = [(e["Stage Info"]["Stage ID"], e["Stage Info"]["Stage Attempt ID"]) for e in events
+                if e["Event"] == "SparkListenerStageSubmitted"]
+    retried_writing = sorted({(s, a) for s, a in attempts if s in writing and a > 0})
+    fetch_failed = [e for e in events if e["Event"] == "SparkListenerTaskEnd"
+                    and e["Task End Reason"].get("Reason") == "FetchFailed"]
+    figures = {**_figures(settled["report"]), "processes_killed": len(killed),
+               "fetch_failed_tasks": len(fetch_failed), "writing_stage_attempts_retried": retried_writing,
+               "seconds": round(time.monotonic() - started, 1)}
+    _record("standalone: writing stage resubmitted", figures)
+    print("stage retry: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    assert fetch_failed, "no task of the writing stage failed to fetch the lost shuffle output"
+    assert retried_writing, f"no writing stage ran a second attempt: {attempts}"
+    _assert_exactly_once(settled)
+
+
+def _figures(report) -> dict:
+    return {"records_in": report.records_in, "records_out": report.records_out,
+            "duplicates": report.duplicates, "losses": report.losses, "unexpected": report.unexpected}
