@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType)
 
@@ -189,7 +191,8 @@ class _ScriptedProducer:
 
 
 @pytest.mark.parametrize("options, backoff", [({}, 10), ({"kafka.reconnect.backoff.ms": "250"}, "250")])
-def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(monkeypatch, options, backoff):
+def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(monkeypatch, caplog, options,
+                                                                             backoff):
     import confluent_kafka
     import pyarrow as pa
 
@@ -203,7 +206,11 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     new, *calls = _ScriptedProducer.calls
     conf = new[1]
     assert conf["transactional.id"] == "etl-0-0" and conf["reconnect.backoff.ms"] == backoff
-    assert conf["logger"].name == "kafka_eos_ds.librdkafka"  # librdkafka's lines go to Python logging
+    # librdkafka's lines go to Python logging, through the task's own logger (which keeps
+    # the line that says why a transaction failed).
+    with caplog.at_level(logging.INFO, logger="kafka_eos_ds.librdkafka"):
+        conf["logger"].log(logging.INFO, "%s [%s] %s", "INIT", "rdkafka#producer-1", "a line")
+    assert [r.name for r in caplog.records] == ["kafka_eos_ds.librdkafka"]
     # Connected first (the second metadata request leaves a learned broker up), then init.
     assert calls[:4] == [("metadata", "out"), ("metadata", "out"), "init", "begin"]
     # The producer id is not awaited before producing (no polling between begin and the
