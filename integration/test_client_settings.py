@@ -12,6 +12,7 @@ from pathlib import Path
 
 from integration.helpers import consume_all, create_topic, produce, unique_name
 from kafka_eos_ds.sink import list_transactions
+from kafka_eos_ds.sink import transactional_ids as ids
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -130,6 +131,7 @@ def test_driver_side_clients_are_built_with_every_setting(kafka, new_topic, monk
 
     # The settings check builds clients without servers (they never connect).
     built = [(name, conf) for name, conf in built if conf.get("bootstrap.servers", conf.get("bootstrap_servers"))]
+    assert any(ids.parse(f"chk-{topic}", conf.get("transactional.id") or "") for _, conf in built)  # a task's producer
     kinds = {name for name, _ in built}
     assert kinds == {"Producer", "Consumer", "AdminClient", "KafkaAdminClient"}, kinds
     for name, conf in built:
@@ -140,6 +142,6 @@ def test_driver_side_clients_are_built_with_every_setting(kafka, new_topic, monk
         expected = dict(TRANSLATED)
         if conf.get("client.id") == "kafka-eos-commit-log":  # the commit log names its producer
             expected["client.id"] = "kafka-eos-commit-log"
-        if conf.get("transactional.id"):
+        if ids.parse(f"chk-{topic}", conf.get("transactional.id") or "") is not None:  # a task's producer
             assert conf["partitioner"] == "murmur2_random"
         assert {k: conf.get(k) for k in expected} == expected, name
