@@ -126,12 +126,13 @@ def test_acls_without_write_on_the_output_fail_the_query_and_show_nothing(sasl, 
 
 
 # -- the same Java option maps with Spark's built-in connector -------------------------
+# CI runs the first two (SASL and mutual TLS); the full profile all five.
 @pytest.mark.parametrize("cluster_name, user, kwargs", [
     ("sasl", "alice", {"mechanism": "SCRAM-SHA-512"}),
-    ("sasl", "alice", {"mechanism": "PLAIN"}),
-    ("ssl", "alice", {"truststore": "PEM"}),
     ("mtls", "alice", {"truststore": "PKCS12"}),
-    ("mtls", "alice", {"truststore": "PEM-inline"}),
+    pytest.param("sasl", "alice", {"mechanism": "PLAIN"}, marks=pytest.mark.full),
+    pytest.param("ssl", "alice", {"truststore": "PEM"}, marks=pytest.mark.full),
+    pytest.param("mtls", "alice", {"truststore": "PEM-inline"}, marks=pytest.mark.full),
 ])
 def test_the_java_options_work_with_the_builtin_connector(request, cluster_name, user, kwargs, tmp_path):
     cluster = request.getfixturevalue(cluster_name)

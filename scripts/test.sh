@@ -17,19 +17,15 @@ OLDER_LINES=(4.0.5 4.1.4 4.2.1)
 # What every older line must pass besides the unit tests (about 8 minutes a line on 2
 # cores): the source (a batch read and bounded streaming batches over aborted
 # transactions, side by side with Spark's built-in connector), the exactly-once sink at
-# crash points 1, 3 (a driver kill mid-commit), 5 and 9, the file sink (a streaming query
-# and a driver kill mid-commit), Spark Connect with a server kill, the README's main
-# job, and the pipeline on a SASL/SCRAM broker configured with Java client settings.
-# The other crash points and the chaos suite run on the newest line only.
+# crash points 1 and 3 (a driver kill mid-commit), Spark Connect with a server kill, the
+# README's main job, and the pipeline on a SASL/SCRAM broker configured with Java client
+# settings. The other crash points, the file sink and the chaos suite run on the newest
+# line only (the whole run must stay inside CI's time budget).
 CORE_SUBSET=(
   "integration/test_source.py::test_batch_read_of_aborted_transactions_equals_builtin_read_committed"
   "integration/test_source.py::test_streaming_read_of_aborted_transactions_in_bounded_batches"
   "integration/test_sink_crash.py::test_1_task_dies_before_precommit_is_retried_and_its_transaction_aborted"
   "integration/test_sink_crash.py::test_3_driver_dies_after_committing_some_transactions"
-  "integration/test_sink_crash.py::test_5_commit_raises_and_abort_leaves_the_decided_batch_alone"
-  "integration/test_sink_crash.py::test_9_zombie_writers_are_fenced_and_never_visible"
-  "integration/test_file_sink.py::test_streaming_query_writes_each_record_once_and_readers_see_only_final_files"
-  "integration/test_file_sink.py::test_3_driver_dies_after_committing_some_files"
   integration/test_spark_connect.py
   integration/test_demo.py
   "integration/test_security.py::test_sasl_pipeline_with_jaas_config[SCRAM-SHA-512]"
