@@ -60,6 +60,7 @@ def test_exactly_once_under_bounces(kafka3, tmp_path, scenario, chaos_summary):
     assert result.crashes == len(scenario.bounces)
 
 
+@pytest.mark.full  # a comparison, not a guarantee: CI's time goes to the proofs
 def test_builtin_sink_under_the_same_crashes(kafka3, tmp_path, chaos_summary):
     """Side by side: Spark's built-in Kafka sink (at-least-once) under the same kind of run.
 

@@ -40,6 +40,9 @@ from integration.bench.memory import WorkerMemory
 from integration.helpers import create_topic, produce
 
 
+# Sink workloads by the columns they write (workloads.sink_write's ``columns``).
+SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
+
 @dataclass(frozen=True)
 class Profile:
     sizes: tuple[int, ...]               # record sizes of the main matrix
@@ -50,17 +53,15 @@ class Profile:
     min_records: int
     reps: int
     warmup: bool = True
+    sink_columns: tuple[str, ...] = tuple(SINK_COLUMNS)  # the sink workloads of the main matrix
 
 
 PROFILES = {
-    "smoke": Profile((100,), 2, (), (2,), 400_000, 2_000, 1, warmup=False),
+    "smoke": Profile((100,), 2, (), (2,), 400_000, 2_000, 1, warmup=False, sink_columns=("sink",)),
     # Estimated ~19 min on 2 cores at load 3-7, 25-30 min on busier shared cores (see
     # docs/benchmarks.md); the run prints its estimate first and the time left as it goes.
     "full": Profile((100, 1024, 10240), 4, (1, 8, 16, 32), (10, 3, 30), 100_000_000, 5_000, 2),
 }
-
-# Sink workloads by the columns they write (workloads.sink_write's ``columns``).
-SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
 
 # Project targets: (workload, variant) -> [(against, minimum ratio)].
 TARGETS = {
@@ -129,7 +130,7 @@ def plan(profile: Profile, scaling: bool = True) -> list[Config]:
     everything = ("source", "sink", "pipeline")
     # The main matrix also writes each record's value alone and with a header, next to
     # the keyed write ("sink", key + value: what most pipelines write).
-    main = ("source", *SINK_COLUMNS, "pipeline")
+    main = ("source", *profile.sink_columns, "pipeline")
     configs = [Config(s, profile.partitions, profile.batches[0], _records_for(profile, s), main, True)
                for s in profile.sizes]
     if scaling:
