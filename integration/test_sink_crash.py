@@ -173,9 +173,11 @@ def test_7_checkpoint_lost_a_new_query_resumes_from_the_group(pipeline, point, v
 
 
 def test_8_decided_transaction_lost_to_the_timeout_fails_the_query_loudly(pipeline):
-    options = ["kafka.transaction.timeout.ms=6000"]
+    # 20 s: long enough for a batch to pass the check before its decision (half the
+    # timeout left), short enough for the broker to abort the decided batch soon after.
+    options = ["kafka.transaction.timeout.ms=20000"]
     assert_crashed(pipeline.run("driver-after-decision@1", sink_options=options))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while pipeline.open_ids() and time.monotonic() < deadline:
         time.sleep(1)  # the broker aborts transactions older than their timeout
     assert pipeline.open_ids() == []
