@@ -43,8 +43,11 @@ def seed(bootstrap: str, topic: str, records: int, keys: int = 16) -> None:
 
 def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, prefix: str, *,
                  fault: Optional[str] = None, sink_options: Sequence[str] = (), max_offsets: int = 150,
-                 timeout: float = 150.0, log_dir: Optional[Path] = None, sink_format: str = "kafka_eos") -> Run:
+                 timeout: float = 150.0, log_dir: Optional[Path] = None, sink_format: str = "kafka_eos",
+                 gate: Optional[str] = None) -> Run:
     """One driver run with ``availableNow`` (drain IN, then exit); killed after ``timeout``.
+
+    ``gate``: the file a ``gate`` fault creates and waits on (:mod:`kafka_eos_tools.faults`).
 
     ``sink_format="kafka_eos_file"`` writes files instead (pass ``path=DIR`` in
     ``sink_options``; the output topic is then unused)."""
@@ -55,9 +58,9 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
            "--master", "local[2,3]", "--sink-format", sink_format]
     for option in sink_options:
         cmd += ["--sink-option", option]
-    env = {k: v for k, v in os.environ.items() if k not in faults.environment("")}
+    env = {k: v for k, v in os.environ.items() if k not in faults.environment("", "")}
     if fault:
-        env.update(faults.environment(fault))
+        env.update(faults.environment(fault, gate))
     log_path = Path(log_dir or checkpoint + "-logs")
     log_path.mkdir(parents=True, exist_ok=True)
     log_file = log_path / f"run-{int(time.time() * 1000)}.log"

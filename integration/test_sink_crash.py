@@ -1,4 +1,4 @@
-"""Crash injection against the exactly-once sink (the crash points of docs/guarantees.md: 1-5, 7-11).
+"""Crash injection against the exactly-once sink (the crash points of docs/guarantees.md: 1-5, 7-12).
 
 Each scenario runs the pipeline (kafka_eos source -> upper(value) -> kafka_eos sink)
 as a driver subprocess, injects a fault at one exact point of batch 1, restarts it from
@@ -10,6 +10,7 @@ between the runs too.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -38,6 +39,7 @@ def pipeline(kafka, new_topic, tmp_path):
 
     class P:
         bootstrap = kafka.bootstrap
+        cluster = kafka.cluster  # EmbeddedKafka, or None for an external cluster
         conf = {"bootstrap.servers": kafka.bootstrap}
         prefix = f"crash-{output_topic}"
         checkpoint = str(tmp_path / "checkpoint")
@@ -306,3 +308,62 @@ def test_11_a_losing_attempt_left_open_is_fenced_after_the_commit(pipeline):
     report = pipeline.audit()
     assert report.ok and report.unique_out == RECORDS, report.table()
     assert not any(r.value.startswith(b"zombie") for r in pipeline.visible())
+
+
+def _restart_broker_at_the_gate(p, gate, box):
+    """A thread that, the first time the run reaches its gate, SIGKILLs the broker, starts
+    it again and opens the gate at once: the step behind the gate (recovery or abort,
+    having read the decision, about to list and fence the open transactions) meets a
+    broker that is starting, recovering its logs and loading the transaction coordinator.
+    A later gate (a later writer's recovery) is opened at once."""
+    def watch():
+        while not box.get("done"):
+            if os.path.exists(gate):
+                if "restarted" not in box:
+                    box["restarted"] = False
+                    try:
+                        p.cluster.kill(1)
+                        p.cluster.restart(1, wait=False)
+                        box["restarted"] = True
+                    except Exception as exc:  # reported by the test; the gate opens anyway
+                        box["error"] = exc
+                os.unlink(gate)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
+# Point 6: recovery and abort run into a broker restart. While the broker starts, its
+# requests fail (connection refused, timeouts), then its transaction coordinator answers
+# COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR while it loads its log; both steps retry
+# these within the commit budget, as commits do, instead of failing the query.
+@pytest.mark.parametrize("step", ["recovery", "abort"])
+def test_12_recovery_and_abort_ride_out_a_broker_restart(pipeline, tmp_path, step):
+    if pipeline.cluster is None or len(pipeline.cluster.nodes) != 1:
+        pytest.skip("restarts the embedded single-node cluster; KAFKA_EOS_BOOTSTRAP names an external one")
+    gate, box = str(tmp_path / "gate"), {}
+    watcher = _restart_broker_at_the_gate(pipeline, gate, box)
+    try:
+        if step == "recovery":
+            # Batch 1 decided and partly committed; the restart's recovery finishes it.
+            assert_crashed(pipeline.run("driver-after-first-commit@1"))
+            run = pipeline.run("driver-after-reading-decision:gate", gate=gate, timeout=300)
+            assert run.returncode == 0, run.log[-3000:]
+            assert "finishing the commit of batch 1" in run.log, run.log[-3000:]
+        else:
+            # The commit of batch 1 raises after its first transaction; abort() runs into
+            # the restart and must leave the decided batch alone, not fail on the broker.
+            run = pipeline.run("commit-raise@1,driver-after-reading-decision@1:gate", gate=gate, timeout=300)
+            assert run.returncode != 0 and "injected fault at commit-raise" in run.log, run.log[-3000:]
+            assert "was decided; its transactions are left for recovery" in run.log, run.log[-3000:]
+            pipeline.cluster.restart(1)             # listening again, for the checks below
+            assert len(pipeline.open_ids()) == 1    # the decided one, left for recovery
+    finally:
+        box["done"] = True
+        watcher.join(10)
+    assert box.get("restarted"), f"the broker was not restarted at the gate: {box.get('error', 'gate never reached')}"
+    # The step met the restart (it is not enough that the broker came back in time).
+    assert "retrying for up to" in run.log, run.log[-3000:]
+    _finishes_exactly_once(pipeline, timeout=300)

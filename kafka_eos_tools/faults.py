@@ -3,8 +3,10 @@
 ``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][:action]"``, several separated
 by ``,``. Actions: ``kill`` (default: SIGKILL this process; at ``driver-*`` points also
 the JVM driver's process group, so start the driver in its own session), ``exit``
-(``os._exit(1)``), ``raise``, ``sleep<seconds>`` (a slow step: ``sleep20``). ``commit-raise``
-raises by default.
+(``os._exit(1)``), ``raise``, ``sleep<seconds>`` (a slow step: ``sleep20``), ``gate`` (create the
+file named by ``$KAFKA_EOS_FAULT_GATE`` and wait until the test removes it, at most
+:data:`GATE_WAIT_S`: the test acts on the cluster at that exact point, e.g. restarts a
+broker). ``commit-raise`` raises by default; several actions at one point run in order.
 
 :func:`environment` gives the variables that switch this on in a Spark driver process
 and all its workers (the product loads :func:`inject` through ``KAFKA_EOS_FAULT_HOOK``).
@@ -22,15 +24,21 @@ from kafka_eos_ds.twophase.faults import HOOK_ENV
 
 _SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(:(?P<action>\w+))?$")
 ENV = "KAFKA_EOS_FAULT"
+GATE_ENV = "KAFKA_EOS_FAULT_GATE"
+GATE_WAIT_S = 180.0
 
 
 class InjectedFault(RuntimeError):
     """Raised by a ``raise`` fault."""
 
 
-def environment(spec: str) -> dict[str, str]:
-    """The environment variables that inject ``spec`` into a process and its children."""
-    return {ENV: spec, HOOK_ENV: f"{__name__}:inject"}
+def environment(spec: str, gate: Optional[str] = None) -> dict[str, str]:
+    """The environment variables that inject ``spec`` into a process and its children
+    (``gate``: the file a ``gate`` action creates and waits on)."""
+    env = {ENV: spec, HOOK_ENV: f"{__name__}:inject"}
+    if gate is not None:
+        env[GATE_ENV] = gate
+    return env
 
 
 def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] = None,
@@ -56,6 +64,9 @@ def _act(point: str, action: str) -> None:
     if action.startswith("sleep") and action[5:].isdigit():
         time.sleep(int(action[5:]))
         return
+    if action == "gate":
+        _wait_at_gate(point)
+        return
     if action == "raise":
         raise InjectedFault(f"injected fault at {point}")
     if action == "exit":
@@ -69,6 +80,19 @@ def _act(point: str, action: str) -> None:
             os.killpg(os.getpgid(jvm), signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait_at_gate(point: str) -> None:
+    gate = os.environ.get(GATE_ENV)
+    if not gate:
+        raise InjectedFault(f"a gate fault at {point} needs ${GATE_ENV} (the file to wait on)")
+    with open(gate, "w") as f:
+        f.write(point)
+    deadline = time.monotonic() + GATE_WAIT_S
+    while os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise InjectedFault(f"the gate at {point} was not opened within {GATE_WAIT_S:.0f}s")
+        time.sleep(0.05)
 
 
 def _ancestor_jvm() -> Optional[int]:

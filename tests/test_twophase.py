@@ -351,6 +351,33 @@ def test_the_hook_is_named_in_the_environment_of_spark_processes():
     assert env == {"KAFKA_EOS_FAULT": "driver-after-decision@1",
                    "KAFKA_EOS_FAULT_HOOK": "kafka_eos_tools.faults:inject"}
     assert faults._load(env["KAFKA_EOS_FAULT_HOOK"]) is injection.inject
+    assert injection.environment("commit-raise:gate", gate="/tmp/g")["KAFKA_EOS_FAULT_GATE"] == "/tmp/g"
+
+
+def test_a_gate_holds_the_point_until_the_test_opens_it(monkeypatch, hooked, tmp_path):
+    import threading
+    import time
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("KAFKA_EOS_FAULT", "driver-after-reading-decision:gate,driver-after-reading-decision:raise")
+    monkeypatch.setenv("KAFKA_EOS_FAULT_GATE", str(gate))
+    passed = threading.Event()
+
+    def at_the_point():
+        with pytest.raises(injection.InjectedFault):  # the gate first, then the raise
+            faults.check("driver-after-reading-decision")
+        passed.set()
+
+    worker = threading.Thread(target=at_the_point)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate.read_text() == "driver-after-reading-decision"
+    assert not passed.wait(0.3), "the point went on while the gate was closed"
+    gate.unlink()
+    worker.join(10)
+    assert passed.is_set()
 
 
 def test_a_batch_with_nothing_to_commit_records_it_done_and_fences_earlier_attempts():

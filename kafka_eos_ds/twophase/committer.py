@@ -125,6 +125,7 @@ class TwoPhaseCommitter:
         messages = list(messages)
         superseded = [i for p in messages if p is not None for i in self.participants.superseded(p)]
         latest = self._read_latest()
+        faults.check("driver-after-reading-decision", batch=batch_id)
         if latest is not None and query_id is not None and latest.same_batch(query_id, batch_id):
             log.warning("batch %s of query %s was decided; its transactions are left for recovery to finish",
                         batch_id, query_id)
@@ -143,6 +144,7 @@ class TwoPhaseCommitter:
         ``query_id``: the recovering query (lets recovery tell a decision of a query whose
         checkpoint was lost; see :class:`~.recovery.RecoveryPlan`)."""
         latest = self._read_latest()
+        faults.check("driver-after-reading-decision")
         open_ids = self._open_ids()
         plan = plan_recovery(RecoveryContext(latest, open_ids, query_id))
         if plan.only_if_started and plan.finish is not None and not self._started(plan.finish):
@@ -266,6 +268,8 @@ class TwoPhaseCommitter:
             except KafkaEosError as exc:
                 if not exc.retriable:
                     raise
+                if last is None:  # once per step: a restarting broker answers so for seconds
+                    log.warning("%s yet (%s); retrying for up to %.0fs", failure, exc, deadline - self._clock())
                 last = exc
             if self._clock() >= deadline:
                 raise TransactionError(

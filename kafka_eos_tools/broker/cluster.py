@@ -289,14 +289,20 @@ class EmbeddedKafka:
         stop_process(self._node(node_id))
         self._save()
 
-    def restart(self, node_id: int, timeout: float = 120.0) -> None:
-        """Start a stopped or killed node again with its data and ports."""
+    def restart(self, node_id: int, timeout: float = 120.0, wait: bool = True) -> None:
+        """Start a stopped or killed node again with its data and ports; with ``wait``,
+        return once it listens."""
         node = self._node(node_id)
+        deadline = time.monotonic() + timeout
         if not is_alive(node.pid):
+            # Right after a kill the dead node's sockets may hold its ports for a while
+            # (connections it had accepted, closing); the same ports are needed again.
+            while any(p and port_in_use(p) for p in (node.port, node.controller_port, node.internal_port)) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
             self._launch(node)
             self._save()
-        deadline = time.monotonic() + timeout
-        while not _listening(node.port):
+        while wait and not _listening(node.port):
             self._check_alive(node)
             if time.monotonic() > deadline:
                 raise BrokerError(f"Kafka node {node_id} did not come back within {timeout:.0f}s.")
