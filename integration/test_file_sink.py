@@ -128,6 +128,7 @@ def _finishes_exactly_once(f):
     assert report.leftovers == [], report  # recovery cleaned every in-progress and pending file
 
 
+@pytest.mark.full  # CI runs points 3, 5 and 9 of the file sink; the full profile all
 def test_1_task_dies_before_precommit_is_retried_and_its_file_deleted(files):
     run = files.run("task-before-precommit@1#0!0")
     assert run.returncode == 0, run.log[-3000:]
@@ -137,6 +138,7 @@ def test_1_task_dies_before_precommit_is_retried_and_its_file_deleted(files):
     assert len(list(files.out.glob("part-00001-00000-*.parquet"))) == 1
 
 
+@pytest.mark.full  # CI runs points 3, 5 and 9 of the file sink; the full profile all
 def test_2_driver_dies_before_the_decision_deletes_the_batch_files(files):
     assert_crashed(files.run("driver-before-decision@1"))
     assert files.visible() == BATCH                  # batch 0 only
@@ -151,6 +153,7 @@ def test_3_driver_dies_after_committing_some_files(files):
     _finishes_exactly_once(files)
 
 
+@pytest.mark.full  # CI runs points 3, 5 and 9 of the file sink; the full profile all
 def test_4_driver_dies_after_all_renames_before_sparks_commit_log(files):
     assert_crashed(files.run("driver-after-all-commits@1"))
     assert files.visible() == 2 * BATCH and files.pending() == []

@@ -127,7 +127,8 @@ def test_3_driver_dies_after_committing_some_transactions(pipeline):
     _finishes_exactly_once(pipeline)
 
 
-@pytest.mark.parametrize("point", ["driver-after-all-commits@1", "driver-after-done@1"])
+@pytest.mark.parametrize("point", ["driver-after-all-commits@1",
+                                   pytest.param("driver-after-done@1", marks=pytest.mark.full)])
 def test_4_driver_dies_after_all_kafka_commits(pipeline, point):
     assert_crashed(pipeline.run(point))
     assert _visible_once_markers_land(pipeline, 2 * BATCH) == 2 * BATCH  # batches 0 and 1 committed
@@ -150,12 +151,13 @@ def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(pipeline):
 # crashes the driver at one point of batch 1's commit, deletes the checkpoint, and lets a
 # new query (new query id) drain the input.
 @pytest.mark.parametrize("point, visible_before, timeout_ms", [
-    ("driver-after-done@1", 2 * BATCH, None),        # batch 1 complete; the group says so
+    # CI runs 7b and 7d (recovery abandons / finishes a decided batch); the full profile all four.
+    pytest.param("driver-after-done@1", 2 * BATCH, None, marks=pytest.mark.full),  # batch 1 complete
     ("driver-after-decision@1", BATCH, None),        # decided, nothing of it visible: abandoned
     # The offsets sit in the open transaction: the group's offsets are unreadable until it
     # ends, and the new query's source asks before recovery runs. A short timeout lets the
     # broker's abort free them (docs/fault-tolerance.md, "Checkpoint loss").
-    ("driver-after-progress@1", BATCH, 15000),
+    pytest.param("driver-after-progress@1", BATCH, 15000, marks=pytest.mark.full),
     ("driver-after-first-commit@1", None, None),     # partly visible: the new query finishes it
 ])
 def test_7_checkpoint_lost_a_new_query_resumes_from_the_group(pipeline, point, visible_before, timeout_ms):
@@ -339,7 +341,8 @@ def _restart_broker_at_the_gate(p, gate, box):
 # requests fail (connection refused, timeouts), then its transaction coordinator answers
 # COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR while it loads its log; both steps retry
 # these within the commit budget, as commits do, instead of failing the query.
-@pytest.mark.parametrize("step", ["recovery", "abort"])
+# CI runs the recovery case; the full profile the abort case too (the same retrying step).
+@pytest.mark.parametrize("step", ["recovery", pytest.param("abort", marks=pytest.mark.full)])
 def test_12_recovery_and_abort_ride_out_a_broker_restart(pipeline, tmp_path, step):
     if pipeline.cluster is None or len(pipeline.cluster.nodes) != 1:
         pytest.skip("restarts the embedded single-node cluster; KAFKA_EOS_BOOTSTRAP names an external one")
