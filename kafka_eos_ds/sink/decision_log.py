@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.client_settings import client_config, redact
+from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import Decision
@@ -117,11 +118,13 @@ class KafkaDecisionLog:
 
         if self._producer is not None:
             return
+        self.ensure_topic()  # the topic exists, as compacted, before a producer asks for it
         producer = Producer(client_config(self._conf, "commit_log", **{
             "transactional.id": transactional_ids.decision_writer(self.key), "acks": "all", "linger.ms": 0,
             "client.id": "kafka-eos-commit-log"}))
         try:
-            producer.init_transactions(60)
+            # Connected first: a new writer starts in every driver step (producer_start).
+            init_transactions(producer, self.topic)
         except KafkaException as exc:
             raise KafkaClientError(f"Cannot start the commit-log writer of '{self.key}' on '{self.topic}': {exc}",
                                    retriable=exc.args[0].retriable()) from exc

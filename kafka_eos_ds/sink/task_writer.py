@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
 from kafka_eos_ds.kafka.client_settings import LIBRDKAFKA_LOGGER, client_config, client_error
+from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
@@ -122,26 +123,10 @@ class _PartitionWriter:
         try:
             self.producer = Producer(self.conf)
             if self.config.exactly_once:
-                self._connect()
-                self.producer.init_transactions(60)
+                init_transactions(self.producer, self.config.topic or self.config.commit_log_topic)
                 self.producer.begin_transaction()
         except KafkaException as exc:
             raise _translate(exc, self.config, conf=self.conf, producer=self.producer) from exc
-
-    def _connect(self) -> None:
-        """Bring a broker connection up before init_transactions(), so its coordinator
-        lookup does not wait for librdkafka's 500 ms timer (docs/decisions.md, "Task
-        producer start"). The second metadata request connects a learned broker, which
-        stays up; the topic is one the driver has seen exist (a missing one could be
-        auto-created). Best effort: init_transactions() reports a cluster that does not
-        answer."""
-        from confluent_kafka import KafkaException
-
-        try:
-            for _ in range(2):
-                self.producer.list_topics(self.config.topic or self.config.commit_log_topic, timeout=10)
-        except KafkaException:
-            pass
 
     def _await_producer_id(self) -> None:
         for _ in range(200):
