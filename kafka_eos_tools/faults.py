@@ -86,8 +86,11 @@ def _wait_at_gate(point: str) -> None:
     gate = os.environ.get(GATE_ENV)
     if not gate:
         raise InjectedFault(f"a gate fault at {point} needs ${GATE_ENV} (the file to wait on)")
-    with open(gate, "w") as f:
+    # Written aside, then renamed: whoever sees the gate sees its content too.
+    aside = f"{gate}.{os.getpid()}"
+    with open(aside, "w") as f:
         f.write(point)
+    os.replace(aside, gate)
     deadline = time.monotonic() + GATE_WAIT_S
     while os.path.exists(gate):
         if time.monotonic() > deadline:
