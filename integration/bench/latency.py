@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from integration.bench import workloads as w
+from integration.bench.run import percentile
 from integration.helpers import create_topic
 
 VARIANTS = {"kafka_eos exactly_once": w.EOS, "builtin": w.BUILTIN}
@@ -52,10 +53,7 @@ class LatencyRun:
     load: float = 0.0
 
     def percentile(self, q: float) -> float | None:
-        values = sorted(self.latencies_ms)
-        if not values:
-            return None
-        return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+        return percentile(self.latencies_ms, q)
 
 
 def _send_steadily(bootstrap: str, topic: str, rate: int, size: int, seconds: float, warmup: float,
@@ -161,12 +159,11 @@ def summary(runs: list[LatencyRun]) -> list[dict]:
         if not mine:
             continue
         every = [v for r in mine for v in r.latencies_ms]
-        pooled = LatencyRun(variant, mine[0].rate, mine[0].size, mine[0].partitions, latencies_ms=every)
         rows.append({"variant": variant, "runs": len(mine), "rate": mine[0].rate, "size": mine[0].size,
                      "partitions": mine[0].partitions, "counted": sum(r.counted for r in mine),
                      "received": sum(r.received for r in mine), "duplicates": sum(r.duplicates for r in mine),
-                     "p50_ms": pooled.percentile(0.5), "p90_ms": pooled.percentile(0.9),
-                     "p99_ms": pooled.percentile(0.99), "max_ms": max(every) if every else None,
+                     "p50_ms": percentile(every, 0.5), "p90_ms": percentile(every, 0.9),
+                     "p99_ms": percentile(every, 0.99), "max_ms": max(every) if every else None,
                      "mean_ms": statistics.fmean(every) if every else None,
                      "p50_per_run_ms": [r.percentile(0.5) for r in mine],
                      "p99_per_run_ms": [r.percentile(0.99) for r in mine],

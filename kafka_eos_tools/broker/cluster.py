@@ -188,7 +188,7 @@ class EmbeddedKafka:
             props.chmod(0o600)  # it holds the PLAIN users' and the keystores' passwords
         scram = sec.scram_format_args(self.material) if self.security.sasl and self.material else []
         format_storage(node, self._classpath, self.cluster_id or "", scram)
-        busy = [p for p in (node.port, node.controller_port, node.internal_port) if p and port_in_use(p)]
+        busy = _ports_in_use(node)
         if busy:
             raise BrokerError(f"Port(s) {busy} for Kafka node {node.node_id} are in use on 127.0.0.1.")
         start_process(node, self._classpath)
@@ -297,8 +297,7 @@ class EmbeddedKafka:
         if not is_alive(node.pid):
             # Right after a kill the dead node's sockets may hold its ports for a while
             # (connections it had accepted, closing); the same ports are needed again.
-            while any(p and port_in_use(p) for p in (node.port, node.controller_port, node.internal_port)) \
-                    and time.monotonic() < deadline:
+            while _ports_in_use(node) and time.monotonic() < deadline:
                 time.sleep(0.2)
             self._launch(node)
             self._save()
@@ -320,6 +319,11 @@ class EmbeddedKafka:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _ports_in_use(node: Node) -> list[int]:
+    """The node's ports (client, controller, internal) that something on 127.0.0.1 holds."""
+    return [p for p in (node.port, node.controller_port, node.internal_port) if p and port_in_use(p)]
 
 
 def _listening(port: int) -> bool:
