@@ -37,17 +37,18 @@ def assert_crashed(run: Run) -> None:
     assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
 
 
-def seed(bootstrap: str, topic: str, records: int, keys: int = 16) -> None:
-    seed_input(bootstrap, topic, records, keys)
+def seed(bootstrap: str, topic: str, records: int, keys: int = 16, start: int = 0) -> None:
+    seed_input(bootstrap, topic, records, keys, start)
 
 
 def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, prefix: str, *,
                  fault: Optional[str] = None, sink_options: Sequence[str] = (), max_offsets: int = 150,
                  timeout: float = 150.0, log_dir: Optional[Path] = None, sink_format: str = "kafka_eos",
-                 gate: Optional[str] = None) -> Run:
+                 gate: Optional[str] = None, job_args: Sequence[str] = ()) -> Run:
     """One driver run with ``availableNow`` (drain IN, then exit); killed after ``timeout``.
 
-    ``gate``: the file a ``gate`` fault creates and waits on (:mod:`kafka_eos_tools.faults`).
+    ``gate``: the file a ``gate`` fault creates and waits on (:mod:`kafka_eos_tools.faults`);
+    ``job_args``: more arguments of :mod:`kafka_eos_tools.demo.job` (e.g. ``--foreach-batch``).
 
     ``sink_format="kafka_eos_file"`` writes files instead (pass ``path=DIR`` in
     ``sink_options``; the output topic is then unused)."""
@@ -58,12 +59,14 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
            "--master", "local[2,3]", "--sink-format", sink_format]
     for option in sink_options:
         cmd += ["--sink-option", option]
-    env = {k: v for k, v in os.environ.items() if k not in faults.environment("", "")}
-    if fault:
-        env.update(faults.environment(fault, gate))
+    cmd += list(job_args)
+    env = {k: v for k, v in os.environ.items() if k not in faults.environment("", "", "")}
     log_path = Path(log_dir or checkpoint + "-logs")
     log_path.mkdir(parents=True, exist_ok=True)
-    log_file = log_path / f"run-{int(time.time() * 1000)}.log"
+    stamp = int(time.time() * 1000)
+    log_file = log_path / f"run-{stamp}.log"
+    if fault:
+        env.update(faults.environment(fault, gate, str(log_path / f"fault-counts-{stamp}")))
     started = time.monotonic()
     with open(log_file, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -91,7 +94,7 @@ class FileAudit:
 
     expected: int
     ids: list
-    leftovers: list  # names still in _kafka_eos/in-progress or _kafka_eos/pending
+    leftovers: list  # names still staged (_kafka_eos/<writer>/in-progress or .../pending)
 
     @property
     def duplicates(self) -> list:
@@ -124,5 +127,5 @@ def audit_files(directory: str, expected: int, id_column: str = "value", separat
             text = value.decode() if isinstance(value, bytes) else value
             ids.append(int(text.split(separator, 1)[0]))
     leftovers = sorted(p.name for sub in ("in-progress", "pending")
-                       for p in (root / "_kafka_eos" / sub).glob("*"))
+                       for p in (root / "_kafka_eos").glob(f"*/{sub}/*"))
     return FileAudit(expected, ids, leftovers)

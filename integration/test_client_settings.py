@@ -80,7 +80,9 @@ def test_driver_side_clients_are_built_with_every_setting(kafka, new_topic, monk
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from kafka_eos_ds.sink.config import SinkConfig
-    from kafka_eos_ds.sink.driver import KafkaSinkDriver
+    from kafka_eos_ds.sink.kafka_sink import KafkaSink
+    from kafka_eos_ds.twophase import DoneMark, Kind, WriteId, WriteSpec
+    from kafka_eos_ds.twophase.writers import Task
     from kafka_eos_ds.source.group_commit import GroupOffsetCommitter
     from kafka_eos_ds.source.metadata import KafkaMetadata
     from kafka_eos_ds.source.options import SourceOptions
@@ -122,10 +124,11 @@ def test_driver_side_clients_are_built_with_every_setting(kafka, new_topic, monk
     schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
     sink = SinkConfig.from_options({**base, "topic": topic, "transactionalIdPrefix": f"chk-{topic}",
                                     "commitLogTopic": unique_name("commits")}, schema)
-    driver = KafkaSinkDriver(sink, commit_timeout_s=30)
-    driver.prepare_for_tasks()
-    message = driver.write([(f"k{i}", f"{i}|v".encode()) for i in range(20)], "query-1", 0)  # a task, in-process
-    driver.commit([message], 0, "query-1")
+    driver = KafkaSink(sink, commit_timeout_s=30)
+    driver.prepare(WriteSpec(streaming=True))
+    write = WriteId(Kind.STREAM, "query-1", 0)
+    message = driver.write(Task(write, 0, 0), DoneMark(), iter([(f"k{i}", f"{i}|v".encode()) for i in range(20)]))
+    driver.commit(write, [message.participant()])
     assert sorted(r.value for r in consume_all(kafka.bootstrap, topic) if r.value != b"v") == \
         sorted(f"{i}|v".encode() for i in range(20))
 

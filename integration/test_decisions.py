@@ -33,10 +33,11 @@ from integration.test_sink_crash import (
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-from kafka_eos_ds.sink.driver import KafkaSinkDriver
+from kafka_eos_ds.sink.kafka_sink import KafkaSink
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.task_writer import _PartitionWriter
 from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
 
 SCHEMA = StructType([StructField("value", StringType())])
@@ -77,7 +78,7 @@ def test_partitions_added_to_the_commit_log_do_not_hide_a_decision(pipeline):  #
     assert report.records_in == RECORDS and report.unique_out == RECORDS == report.records_out
     # The decisions stayed where the first one went; none moved to the hashed partition.
     latest = KafkaDecisionLog(pipeline.conf, log_topic, pipeline.prefix)
-    assert latest.latest().state == DONE and latest._partition == 0
+    assert latest.latest_of("q").state == DONE and latest._partition == 0
 
 
 def test_a_deleted_commit_log_fails_the_restart_loudly_and_writes_nothing(pipeline):  # noqa: F811
@@ -94,7 +95,7 @@ def test_a_deleted_commit_log_fails_the_restart_loudly_and_writes_nothing(pipeli
     assert run.returncode != 0
     assert f"The commit-log topic '{log_topic}' (option 'commitLogTopic') holds no decision" in run.log, \
         run.log[-3000:]
-    assert "new 'checkpointLocation'" in run.log
+    assert "The commit log lost its decisions" in run.log  # the troubleshooting entry with the way out
     time.sleep(2)
     assert len(pipeline.visible()) == visible           # nothing written, nothing committed
     assert pipeline.open_ids() == open_before           # nothing fenced either
@@ -115,7 +116,7 @@ def sink(kafka, new_topic):
         config = SinkConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
                                           "transactionalIdPrefix": f"dec-{topic}",
                                           "commitLogTopic": log_topic}, SCHEMA)
-        driver = KafkaSinkDriver(config, commit_timeout_s=30)
+        driver = KafkaSink(config, commit_timeout_s=30)
 
         @staticmethod
         def precommitted(partition, rows, query, batch):
@@ -124,8 +125,8 @@ def sink(kafka, new_topic):
             writer.write_all([(r,) for r in rows])
             writer.pre_commit()
             assert writer.pid_epoch is not None
-            return KafkaCommitMessage(query, batch, partition, 0, len(rows), writer.transactional_id,
-                                      *writer.pid_epoch)
+            return KafkaCommitMessage(WriteId(Kind.STREAM, query, batch), partition, 0, len(rows), "",
+                                      writer.transactional_id, *writer.pid_epoch)
 
         @staticmethod
         def log():
@@ -147,7 +148,7 @@ def test_a_stalled_decision_write_fenced_by_a_later_step_never_becomes_visible(s
 
     def write():
         try:
-            sink.log().write(stale)
+            sink.log().write("q:q", stale)
         except Exception as exc:
             errors.append(exc)
 
@@ -156,14 +157,14 @@ def test_a_stalled_decision_write_fenced_by_a_later_step_never_becomes_visible(s
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
         entered.wait(30)
-        sink.driver.abort([], 4, "q")  # Spark aborted the batch: the driver gives it up
+        sink.driver.abort(None, [], WriteSpec(streaming=True))  # Spark aborted the batch: the driver gives it up
         release.set()
         writer.join(60)
     finally:
         release.set()
         faults.install(None)
     assert not writer.is_alive()
-    assert sink.log().latest() is None, "the stalled decision landed after the abort"
+    assert sink.log().latest("q:q") is None, "the stalled decision landed after the abort"
     assert errors and "took over" in str(errors[0])
 
 
@@ -177,29 +178,31 @@ def test_a_lost_checkpoints_decision_whose_start_cannot_be_told_fails_recovery(s
     decided = Decision("old-query", 1, DECIDED, (first,), progress)
     log = sink.log()
     log.fence_writers()
-    log.write(decided)
-    with sink.driver._committer() as committer, \
+    log.write("q:old-query", decided)
+    new_query = WriteId(Kind.STREAM, "new-query", -1)
+    with sink.driver._committer(new_query) as committer, \
             pytest.raises(TransactionError, match="Cannot tell whether batch 1 of query old-query") as info:
-        committer.recover("new-query")
+        committer.recover(new_query)
     assert not info.value.retriable
     assert f"consumer group '{group}'" in str(info.value) and "--reset-offsets" in str(info.value)
-    assert sink.log().latest() == decided  # not abandoned
+    assert sink.log().latest("q:old-query") == decided  # not abandoned
     # The group holds the previous batch's end: the batch did not start, and is abandoned.
-    with sink.driver._committer() as committer:
+    with sink.driver._committer(new_query) as committer:
         committer.participants.coordinator.commit_offsets(group, {source: {"0": 100, "1": 150}})
-        committer.recover("new-query")
-    assert sink.log().latest() == decided.with_state(ABANDONED)
+        committer.recover(new_query)
+    assert sink.log().latest("q:old-query") == decided.with_state(ABANDONED)
 
 
 def test_an_older_batch_committed_after_a_newer_one_is_refused(sink):
     older = sink.precommitted(1, [f"b4-{i}" for i in range(20)], "q", 4)   # held by a driver that fell behind
     newer = sink.precommitted(0, [f"b5-{i}" for i in range(30)], "q", 5)
-    sink.driver.commit([newer], 5, "q")
+    sink.driver.commit(newer.write, [newer.participant()])
     with pytest.raises(TransactionError, match="Refusing to commit batch 4 of query q") as info:
-        KafkaSinkDriver(sink.config, commit_timeout_s=30).commit([older], 4, "q")
+        KafkaSink(sink.config, commit_timeout_s=30).commit(older.write, [older.participant()])
     assert not info.value.retriable
-    KafkaSinkDriver(sink.config, commit_timeout_s=30).abort([older], 4, "q")  # what Spark does next
-    latest = sink.log().latest()
+    # What Spark does next:
+    KafkaSink(sink.config, commit_timeout_s=30).abort(older.write, [older.participant()], WriteSpec(True))
+    latest = sink.log().latest("q:q")
     assert (latest.batch_id, latest.state) == (5, DONE)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     assert values == sorted(f"b5-{i}" for i in range(30))

@@ -11,6 +11,7 @@ exactly once in the final files, nothing left in ``_kafka_eos/in-progress`` or
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -18,6 +19,7 @@ import pytest
 
 from integration.helpers import produce, run_to_end
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
+from kafka_eos_ds.filesink.layout import query_token, writer_dir
 
 RECORDS = 450        # 2 input partitions, 150 offsets per batch -> batches 0..2
 BATCH = 150
@@ -43,10 +45,11 @@ def test_streaming_query_writes_each_record_once_and_readers_see_only_final_file
     # while that holds staged files (copies of a final file here).
     import shutil
 
-    shutil.copy(out / finals[0], out / "_kafka_eos" / "pending" / "deadbeef-9-0-0.parquet")
-    shutil.copy(out / finals[0], out / "_kafka_eos" / "in-progress" / "deadbeef-9-1-0.parquet")
+    (writer,) = (out / "_kafka_eos").iterdir()  # the query's own staging
+    shutil.copy(out / finals[0], writer / "pending" / "deadbeef-9-0-0.parquet")
+    shutil.copy(out / finals[0], writer / "in-progress" / "deadbeef-9-1-0.parquet")
     assert spark.read.parquet(str(out)).count() == 400
-    assert (out / "_kafka_eos" / "decision.json").exists()
+    assert (writer / "decision.json").exists()
 
 
 def test_batch_write_appends_files_atomically_in_both_formats(spark, tmp_path):
@@ -61,7 +64,7 @@ def test_batch_write_appends_files_atomically_in_both_formats(spark, tmp_path):
     # Two batch writes never collide: each has its own write id in its file names.
     df.write.format("kafka_eos_file").mode("append").option("path", str(out)).save()
     assert spark.read.parquet(str(out)).count() == 2000
-    assert not list((out / "_kafka_eos" / "pending").iterdir())
+    assert not list((out / "_kafka_eos").glob("*/pending/*"))
 
 
 @pytest.mark.parametrize("options, named", [
@@ -115,7 +118,7 @@ def files(kafka, new_topic, tmp_path):
 
         @staticmethod
         def pending():
-            return sorted(p.name for p in (F.out / "_kafka_eos" / "pending").glob("*"))
+            return sorted(p.name for p in (F.out / "_kafka_eos").glob("*/pending/*"))
 
     return F
 
@@ -169,18 +172,19 @@ def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(files):
 
 
 def test_9_zombie_files_never_become_final(files):
-    # A zombie of an earlier run: an in-progress and a pending file under ids of the sink.
-    staging = files.out / "_kafka_eos"
-    for sub, name in (("in-progress", "deadbeef-1-0-0.parquet"), ("pending", "deadbeef-1-1-3.parquet")):
-        (staging / sub).mkdir(parents=True, exist_ok=True)
-        pq.write_table(pq.read_table(_zombie_table(staging)), staging / sub / name)
     _finishes_exactly_once(files)
     finals = sorted(p.name for p in files.out.glob("part-*"))
-    # A zombie that pre-commits after the query's last recovery, under an id of the query:
-    query = finals[0].rsplit("-", 1)[1].split(".")[0]
-    late = staging / "pending" / f"{query}-1-0-0.parquet"
-    pq.write_table(pq.read_table(_zombie_table(staging)), late)
-    # It stays invisible; the next batch's recovery (more input arrives) deletes it.
+    # Zombies of the query (a task of an earlier run or stage attempt still writing, one
+    # that pre-committed after the query's last recovery), under the query's own staging:
+    # an in-progress file, a pending one of another attempt, and one of a decided task.
+    query = json.loads(Path(files.checkpoint, "metadata").read_text())["id"]
+    writer = files.out / "_kafka_eos" / writer_dir(f"q:{query}")
+    token = query_token(query)
+    for sub, name in (("in-progress", f"{token}-1-0-0.parquet"), ("pending", f"{token}-1-1-3.parquet"),
+                      ("pending", f"{token}-1-0-0.parquet")):
+        (writer / sub).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pq.read_table(_zombie_table(writer)), writer / sub / name)
+    # They stay invisible; the next batch's recovery (more input arrives) deletes them.
     produce(files.bootstrap, files.input, [f"{i}|record {i}".encode() for i in range(RECORDS, RECORDS + 10)])
     run = files.run()
     assert run.returncode == 0, run.log[-3000:]

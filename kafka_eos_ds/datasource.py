@@ -59,11 +59,11 @@ class KafkaEosDataSource(DataSource):
         return KafkaStreamReader(schema, dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from kafka_eos_ds.sink import KafkaBatchWriter
+        from kafka_eos_ds.sink import batch_writer
 
-        return KafkaBatchWriter(schema, self.options, overwrite)
+        return batch_writer(schema, self.options, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from kafka_eos_ds.sink import KafkaStreamWriter
+        from kafka_eos_ds.sink import stream_writer
 
-        return KafkaStreamWriter(schema, self.options, overwrite)
+        return stream_writer(schema, self.options)

@@ -1,7 +1,8 @@
 """Crash tests' faults at the protocol's named points (:mod:`kafka_eos_ds.twophase.faults`).
 
-``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][:action]"``, several separated
-by ``,``. Actions: ``kill`` (default: SIGKILL this process; at ``driver-*`` points also
+``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][*n][:action]"``, several separated
+by ``,``; ``*n`` acts only at the n-th match of the run (counted in ``$KAFKA_EOS_FAULT_COUNTS``:
+e.g. the second write of a micro-batch inside foreachBatch). Actions: ``kill`` (default: SIGKILL this process; at ``driver-*`` points also
 the JVM driver's process group, so start the driver in its own session), ``exit``
 (``os._exit(1)``), ``raise``, ``sleep<seconds>`` (a slow step: ``sleep20``), ``gate`` (create the
 file named by ``$KAFKA_EOS_FAULT_GATE`` and wait until the test removes it, at most
@@ -22,9 +23,11 @@ from typing import Optional
 
 from kafka_eos_ds.twophase.faults import HOOK_ENV
 
-_SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(:(?P<action>\w+))?$")
+_SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(\*(?P<nth>\d+))?"
+                   r"(:(?P<action>\w+))?$")
 ENV = "KAFKA_EOS_FAULT"
 GATE_ENV = "KAFKA_EOS_FAULT_GATE"
+COUNTS_ENV = "KAFKA_EOS_FAULT_COUNTS"
 GATE_WAIT_S = 180.0
 
 
@@ -32,12 +35,15 @@ class InjectedFault(RuntimeError):
     """Raised by a ``raise`` fault."""
 
 
-def environment(spec: str, gate: Optional[str] = None) -> dict[str, str]:
+def environment(spec: str, gate: Optional[str] = None, counts: Optional[str] = None) -> dict[str, str]:
     """The environment variables that inject ``spec`` into a process and its children
-    (``gate``: the file a ``gate`` action creates and waits on)."""
+    (``gate``: the file a ``gate`` action creates and waits on; ``counts``: the directory
+    where ``*n`` faults count their matches)."""
     env = {ENV: spec, HOOK_ENV: f"{__name__}:inject"}
     if gate is not None:
         env[GATE_ENV] = gate
+    if counts is not None:
+        env[COUNTS_ENV] = counts
     return env
 
 
@@ -57,7 +63,28 @@ def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] 
             continue
         if m["attempt"] is not None and (attempt is None or int(m["attempt"]) != int(attempt)):
             continue
+        if m["nth"] is not None and _hits(item.strip()) != int(m["nth"]):
+            continue
         _act(point, m["action"] or ("raise" if point == "commit-raise" else "kill"))
+
+
+def _hits(item: str) -> int:
+    """How many times ``item`` has matched so far in this run, this time included: counted
+    in files under ``$KAFKA_EOS_FAULT_COUNTS``, because a run's matches happen in several
+    processes (the driver's steps each run in a fresh Python worker)."""
+    directory = os.environ.get(COUNTS_ENV)
+    if not directory:
+        raise InjectedFault(f"a fault with '*N' ({item}) needs ${COUNTS_ENV} (a directory to count in)")
+    os.makedirs(directory, exist_ok=True)
+    # One file created per match: O_EXCL makes concurrent matches count apart.
+    name = re.sub(r"[^A-Za-z0-9@#!*:-]", "_", item)
+    n = 1
+    while True:
+        try:
+            os.close(os.open(os.path.join(directory, f"{name}.{n}"), os.O_CREAT | os.O_EXCL))
+            return n
+        except FileExistsError:
+            n += 1
 
 
 def _act(point: str, action: str) -> None:

@@ -282,7 +282,7 @@ def test_the_sink_metadata_client_is_built_with_every_security_setting(monkeypat
     PKCS#12, no inline PEM), then said it could not reach Kafka."""
     import confluent_kafka.admin as admin
 
-    from kafka_eos_ds.sink import driver
+    from kafka_eos_ds.sink import kafka_sink as driver
 
     built = []
 
@@ -412,7 +412,7 @@ def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
     import socket
     import threading
 
-    from kafka_eos_ds.sink import driver
+    from kafka_eos_ds.sink import kafka_sink as driver
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

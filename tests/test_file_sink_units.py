@@ -10,38 +10,61 @@ import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
-from kafka_eos_ds.filesink.layout import FileId, Layout, query_token
+from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, _FileWriter, write_files
-from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Outcome, Participant, TwoPhaseCommitter
+from kafka_eos_ds.twophase import (DECIDED, DONE, Decision, DoneMark, Kind, Outcome, Participant, TwoPhaseCommitter,
+                                   WriteId)
+from kafka_eos_ds.twophase.writers import Task
+
+W = writer_dir("q:query")  # the staging directory of stream "query"
+QUERY = WriteId(Kind.STREAM, "query", -1)
+
+
+def fid_(token, batch, partition, attempt, writer=W):
+    return FileId(writer, token, batch, partition, attempt)
+
+
+def task(query, batch, partition=0, attempt=0):
+    return Task(WriteId(Kind.STREAM, query, batch), partition, attempt)
 
 
 # -- layout ----------------------------------------------------------------------
 
 def test_file_id_round_trips_through_staging_names():
-    fid = FileId("5a2bb5a1", 12, 3, 1)
-    assert str(fid) == "5a2bb5a1-12-3-1"
+    fid = fid_("5a2bb5a1", 12, 3, 1)
+    assert str(fid) == f"{W}/5a2bb5a1-12-3-1"
     layout = Layout(__import__("pathlib").Path("/out"), "parquet")
-    assert layout.in_progress(fid).as_posix() == "/out/_kafka_eos/in-progress/5a2bb5a1-12-3-1.parquet"
-    assert layout.pending(fid).as_posix() == "/out/_kafka_eos/pending/5a2bb5a1-12-3-1.parquet"
-    assert FileId.parse(layout.pending(fid).name) == fid
-    assert FileId.parse("5a2bb5a1-12-3-1") == fid
+    assert layout.in_progress(fid).as_posix() == f"/out/_kafka_eos/{W}/in-progress/5a2bb5a1-12-3-1.parquet"
+    assert layout.pending(fid).as_posix() == f"/out/_kafka_eos/{W}/pending/5a2bb5a1-12-3-1.parquet"
+    assert FileId.parse(f"{W}/{layout.pending(fid).name}") == fid
+    assert FileId.parse(f"{W}/5a2bb5a1-12-3-1") == fid
+
+
+def test_each_writer_stages_apart_and_df_writes_never_share_a_name():
+    stream = FileId.of(WriteId(Kind.STREAM, "5A2BB5A1-aaaa", 3), 0, 0)
+    assert stream.writer == writer_dir("q:5A2BB5A1-aaaa") and stream.token == "5a2bb5a1"
+    # Two writes of one micro-batch inside foreachBatch: one writer, different names.
+    one = FileId.of(WriteId(Kind.FOREACH, "Q", 3, run="r", job="job-a"), 0, 0)
+    two = FileId.of(WriteId(Kind.FOREACH, "Q", 3, run="r", job="job-b"), 0, 0)
+    assert one.writer == two.writer == writer_dir("f:Q") and one.final_name("parquet") != two.final_name("parquet")
 
 
 def test_final_name_is_the_same_for_every_attempt_and_sorts_by_batch():
-    a0, a2 = FileId("q1", 7, 2, 0), FileId("q1", 7, 2, 2)
+    a0, a2 = fid_("q1", 7, 2, 0), fid_("q1", 7, 2, 2)
     assert a0.final_name("parquet") == a2.final_name("parquet") == "part-00007-00002-q1.parquet"
-    assert FileId("q1", 10, 0, 0).final_name("jsonl") > FileId("q1", 9, 5, 0).final_name("jsonl")
+    assert fid_("q1", 10, 0, 0).final_name("jsonl") > fid_("q1", 9, 5, 0).final_name("jsonl")
 
 
-@pytest.mark.parametrize("name", ["part-00001-00000-q.parquet", ".decision.json.tmp", "x-1-2", "q-1-2-x.parquet"])
+@pytest.mark.parametrize("name", ["part-00001-00000-q.parquet", ".decision.json.tmp", "x-1-2", "q-1-2-x.parquet",
+                                  f"{W}/q-1-2-x.parquet", "q-1-2-3"])
 def test_names_that_are_not_staging_ids_are_ignored(name):
     assert FileId.parse(name) is None
 
 
 def test_earlier_attempts_and_query_token():
-    assert [str(f) for f in FileId("q", 1, 4, 2).earlier_attempts()] == ["q-1-4-0", "q-1-4-1"]
+    assert [f.name for f in fid_("q", 1, 4, 2).earlier_attempts()] == ["q-1-4-0", "q-1-4-1"]
     assert query_token("5A2BB5A1-aaaa-bbbb") == "5a2bb5a1"
     assert query_token(None) == "none"
 
@@ -92,7 +115,7 @@ def test_path_that_is_a_file_or_unwritable_is_a_config_error(tmp_path):
 # -- the ports against a real directory -------------------------------------------
 
 def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"rows") -> Participant:
-    layout.ensure()
+    layout.ensure(fid.writer)
     path = layout.pending(fid) if where == "pending" else layout.in_progress(fid)
     path.write_bytes(body)
     return Participant(str(fid), fid.partition, fid.attempt, 1,
@@ -102,19 +125,19 @@ def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"
 def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
     layout = Layout(tmp_path)
     ports = FileParticipants(layout)
-    p = _stage(layout, FileId("q", 1, 0, 0))
-    assert ports.open_ids() == ["q-1-0-0"]
+    p = _stage(layout, fid_("q", 1, 0, 0))
+    assert ports.open_ids(QUERY) == [f"{W}/q-1-0-0"]
     assert ports.commit(p) is Outcome.COMMITTED
     assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"rows"
-    assert not layout.pending(FileId("q", 1, 0, 0)).exists()
-    assert ports.open_ids() == []
+    assert not layout.pending(fid_("q", 1, 0, 0)).exists()
+    assert ports.open_ids(QUERY) == []
     assert ports.commit(p) is Outcome.COMMITTED  # pending gone + final present
 
 
 def test_commit_of_a_fenced_participant_is_lost(tmp_path):
     layout = Layout(tmp_path)
     ports = FileParticipants(layout)
-    p = _stage(layout, FileId("q", 1, 0, 0))
+    p = _stage(layout, fid_("q", 1, 0, 0))
     ports.fence(p.id)
     assert ports.commit(p) is Outcome.LOST  # both gone
     assert "pending" in ports.lost_message([p])
@@ -123,7 +146,7 @@ def test_commit_of_a_fenced_participant_is_lost(tmp_path):
 def test_commit_never_replaces_an_existing_final_file(tmp_path):
     layout = Layout(tmp_path)
     ports = FileParticipants(layout)
-    p = _stage(layout, FileId("q", 1, 0, 0))
+    p = _stage(layout, fid_("q", 1, 0, 0))
     (tmp_path / "part-00001-00000-q.parquet").write_bytes(b"other")
     with pytest.raises(TransactionError, match="already exists"):
         ports.commit(p)
@@ -133,62 +156,65 @@ def test_commit_never_replaces_an_existing_final_file(tmp_path):
 def test_fence_deletes_in_progress_and_pending_of_that_id_only(tmp_path):
     layout = Layout(tmp_path)
     ports = FileParticipants(layout)
-    _stage(layout, FileId("q", 1, 0, 0), "in-progress")
-    _stage(layout, FileId("q", 1, 0, 0), "pending")
-    _stage(layout, FileId("q", 1, 1, 0), "pending")
-    assert ports.open_ids() == ["q-1-0-0", "q-1-1-0"]
-    ports.fence("q-1-0-0")
-    assert ports.open_ids() == ["q-1-1-0"]
-    ports.fence("q-9-9-9")  # nothing there: no error
+    _stage(layout, fid_("q", 1, 0, 0), "in-progress")
+    _stage(layout, fid_("q", 1, 0, 0), "pending")
+    _stage(layout, fid_("q", 1, 1, 0), "pending")
+    assert ports.open_ids(QUERY) == [f"{W}/q-1-0-0", f"{W}/q-1-1-0"]
+    ports.fence(f"{W}/q-1-0-0")
+    assert ports.open_ids(QUERY) == [f"{W}/q-1-1-0"]
+    ports.fence(f"{W}/q-9-9-9")  # nothing there: no error
+    assert ports.open_ids(WriteId(Kind.STREAM, "other", -1)) == []  # another writer's staging is its own
 
 
 def test_superseded_names_the_earlier_attempts(tmp_path):
     ports = FileParticipants(Layout(tmp_path))
-    assert ports.superseded(Participant("q-3-1-2", 1, 2, 5)) == ["q-3-1-0", "q-3-1-1"]
+    assert ports.superseded(Participant(f"{W}/q-3-1-2", 1, 2, 5)) == [f"{W}/q-3-1-0", f"{W}/q-3-1-1"]
     assert ports.superseded(Participant("", 1, 0, 0)) == ()
 
 
 def test_decision_log_is_replaced_atomically(tmp_path):
     layout = Layout(tmp_path)
     log = FileDecisionLog(layout)
-    assert log.latest() is None
-    d = Decision("query", 4, DECIDED, (Participant("q-4-0-0", 0, 0, 3, {"pending": "a", "final": "b"}),))
-    log.write(d)
-    assert log.latest() == d
-    log.write(d.with_state(DONE))
-    assert log.latest().state == DONE
+    assert log.latest("q:query") is None
+    d = Decision("query", 4, DECIDED, (Participant(f"{W}/q-4-0-0", 0, 0, 3, {"pending": "a", "final": "b"}),))
+    log.write("q:query", d)
+    assert log.latest("q:query") == d and log.latest("q:other") is None
+    assert log.unfinished("q") == [("q:query", d)]
+    log.write("q:query", d.with_state(DONE))
+    assert log.latest("q:query").state == DONE and log.unfinished("q") == []
     # No temp file is left next to it, and the file is whole JSON.
-    assert sorted(p.name for p in layout.staging.iterdir() if p.is_file()) == ["decision.json"]
-    assert json.loads(layout.decision.read_text())["batchId"] == 4
+    assert sorted(p.name for p in layout.writer(W).iterdir() if p.is_file()) == ["decision.json"]
+    assert json.loads(layout.decision("q:query").read_text())["batchId"] == 4
+    log.forget("q:query")
+    assert log.latest("q:query") is None
 
 
 def test_recovery_commits_the_decided_and_deletes_every_other_leftover(tmp_path):
     layout = Layout(tmp_path)
     ports, log = FileParticipants(layout), FileDecisionLog(layout)
-    decided = _stage(layout, FileId("q", 2, 0, 0))
-    _stage(layout, FileId("q", 2, 1, 0))            # already renamed before the crash
-    ports.commit(Participant("q-2-1-0", 1, 0, 1, {"pending": "_kafka_eos/pending/q-2-1-0.parquet",
-                                                  "final": "part-00002-00001-q.parquet"}))
-    already = Participant("q-2-1-0", 1, 0, 1, {"pending": "_kafka_eos/pending/q-2-1-0.parquet",
-                                               "final": "part-00002-00001-q.parquet"})
-    _stage(layout, FileId("q", 2, 0, 1), "in-progress")  # a failed attempt
-    _stage(layout, FileId("q", 3, 0, 0))                  # a next batch never decided
-    log.write(Decision("query", 2, DECIDED, (decided, already)))
-    mark = TwoPhaseCommitter(log, ports).recover()
+    decided = _stage(layout, fid_("q", 2, 0, 0))
+    _stage(layout, fid_("q", 2, 1, 0))            # already renamed before the crash
+    already = Participant(f"{W}/q-2-1-0", 1, 0, 1, {"pending": f"_kafka_eos/{W}/pending/q-2-1-0.parquet",
+                                                     "final": "part-00002-00001-q.parquet"})
+    ports.commit(already)
+    _stage(layout, fid_("q", 2, 0, 1), "in-progress")  # a failed attempt
+    _stage(layout, fid_("q", 3, 0, 0))                  # a next batch never decided
+    log.write("q:query", Decision("query", 2, DECIDED, (decided, already)))
+    mark = TwoPhaseCommitter(log, ports, streams_share_ids=False).recover(QUERY)
     assert mark == DoneMark("query", 2)
     assert sorted(p.name for p in tmp_path.glob("part-*")) == ["part-00002-00000-q.parquet",
                                                                "part-00002-00001-q.parquet"]
-    assert ports.open_ids() == [] and log.latest().state == DONE
+    assert ports.open_ids(QUERY) == [] and log.latest("q:query").state == DONE
 
 
 def test_commit_then_abort_of_the_same_batch_keeps_the_decision(tmp_path):
     layout = Layout(tmp_path)
     ports, log = FileParticipants(layout), FileDecisionLog(layout)
-    a, b = _stage(layout, FileId("q", 5, 0, 0)), _stage(layout, FileId("q", 5, 1, 0))
-    log.write(Decision("query", 5, DECIDED, (a, b)))
+    a, b = _stage(layout, fid_("q", 5, 0, 0)), _stage(layout, fid_("q", 5, 1, 0))
+    log.write("q:query", Decision("query", 5, DECIDED, (a, b)))
     ports.commit(a)  # the driver crashed / raised after the first commit
-    TwoPhaseCommitter(log, ports, abort_grace_s=0).abort("query", 5, [a, b])
-    assert ports.open_ids() == ["q-5-1-0"]  # the decided, uncommitted one is kept for recovery
+    TwoPhaseCommitter(log, ports, abort_grace_s=0).abort(WriteId(Kind.STREAM, "query", 5), [a, b])
+    assert ports.open_ids(QUERY) == [f"{W}/q-5-1-0"]  # the decided, uncommitted one is kept for recovery
 
 
 # -- the task side, without Spark ---------------------------------------------------
@@ -202,12 +228,12 @@ def _batches(n: int, start: int = 0):
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_task_writes_in_progress_then_pre_commits_to_pending(tmp_path, fmt):
     cfg = FileSinkConfig.from_options({"path": str(tmp_path), "fileFormat": fmt})
-    cfg.layout.ensure()
-    msg = write_files(cfg, DoneMark(), _batches(10), None, "query-1", 3)
-    assert isinstance(msg, FileCommitMessage) and msg.records == 10 and msg.file_id == "query1-3-0-0"
-    assert msg.pending == f"_kafka_eos/pending/query1-3-0-0.{fmt}"
+    msg = write_files(cfg, task("query-1", 3), DoneMark(), _batches(10), None)
+    w = writer_dir("q:query-1")
+    assert isinstance(msg, FileCommitMessage) and msg.records == 10 and msg.file_id == f"{w}/query1-3-0-0"
+    assert msg.pending == f"_kafka_eos/{w}/pending/query1-3-0-0.{fmt}"
     assert msg.final == f"part-00003-00000-query1.{fmt}"
-    assert list(cfg.layout.in_progress_dir.iterdir()) == []
+    assert list((cfg.layout.writer(w) / "in-progress").iterdir()) == []
     staged = tmp_path / msg.pending
     if fmt == "parquet":
         assert pq.read_table(staged).column("id").to_pylist() == list(range(10))
@@ -218,42 +244,40 @@ def test_task_writes_in_progress_then_pre_commits_to_pending(tmp_path, fmt):
 
 def test_empty_task_creates_no_file_and_covered_batch_writes_nothing(tmp_path):
     cfg = FileSinkConfig.from_options({"path": str(tmp_path)})
-    cfg.layout.ensure()
-    assert write_files(cfg, DoneMark(), [], None, "q", 1).records == 0
-    skipped = write_files(cfg, DoneMark("q", 1), _batches(4), None, "q", 1)
-    assert skipped.skipped and skipped.records == 0
-    assert FileParticipants(cfg.layout).open_ids() == []
+    assert write_files(cfg, task("query", 1), DoneMark(), [], None).records == 0
+    skipped = write_files(cfg, task("query", 1), DoneMark("query", 1), _batches(4), None)
+    assert skipped.records == 0 and skipped.pending == ""
+    assert FileParticipants(cfg.layout).open_ids(QUERY) == []
 
 
 def test_failed_write_removes_its_in_progress_file(tmp_path):
     cfg = FileSinkConfig.from_options({"path": str(tmp_path)})
-    cfg.layout.ensure()
 
     def failing():
         yield from _batches(4)
         raise RuntimeError("task killed")
 
     with pytest.raises(RuntimeError):
-        write_files(cfg, DoneMark(), failing(), None, "q", 1)
-    assert FileParticipants(cfg.layout).open_ids() == []
+        write_files(cfg, task("query", 1), DoneMark(), failing(), None)
+    assert FileParticipants(cfg.layout).open_ids(QUERY) == []
 
 
 def test_a_fenced_writer_cannot_pre_commit(tmp_path):
     layout = Layout(tmp_path)
-    layout.ensure()
-    fid = FileId("q", 1, 0, 0)
+    fid = fid_("q", 1, 0, 0)
+    layout.ensure(fid.writer)
     writer = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
     writer.write_all(_batches(4))
     FileParticipants(layout).fence(str(fid))  # recovery ran while this zombie was writing
     with pytest.raises(FileNotFoundError):
         writer.pre_commit()
-    assert FileParticipants(layout).open_ids() == [] and not list(tmp_path.glob("part-*"))
+    assert FileParticipants(layout).open_ids(QUERY) == [] and not list(tmp_path.glob("part-*"))
 
 
 def test_a_second_writer_of_the_same_id_refuses_to_share_the_file(tmp_path):
     layout = Layout(tmp_path)
-    layout.ensure()
-    fid = FileId("q", 1, 0, 0)
+    fid = fid_("q", 1, 0, 0)
+    layout.ensure(fid.writer)
     first = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
     first.write_all(_batches(4))
     second = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
@@ -263,3 +287,28 @@ def test_a_second_writer_of_the_same_id_refuses_to_share_the_file(tmp_path):
     assert layout.in_progress(fid).exists()
     first.pre_commit()
     assert pq.read_table(layout.pending(fid)).num_rows == 4
+
+
+def test_writes_inside_foreachbatch_each_commit_and_a_re_run_adds_no_file(tmp_path):
+    """Three micro-batches of a stream, each writing the directory twice with df.write
+    inside foreachBatch (the tasks see the stream's properties), then Spark re-running the
+    last micro-batch after a restart: every write's file appears once, and the re-run's
+    writes add none."""
+    from kafka_eos_ds.filesink.file_sink import FileSink
+
+    sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path)}), None)
+
+    def micro_batch(batch, run):
+        for n in range(2):
+            write = WriteId(Kind.FOREACH, "stream-q", batch, run=run, job=f"{run}-{batch}-{n}")
+            msg = sink.write(Task(write, 0, 0), DoneMark(), _batches(4, start=100 * batch + 10 * n))
+            sink.commit(write, [msg.participant()])
+
+    for batch in range(3):
+        micro_batch(batch, "run-1")
+    assert len(list(tmp_path.glob("part-*"))) == 6
+    micro_batch(2, "run-2")  # the re-run of micro-batch 2 after a restart
+    assert len(list(tmp_path.glob("part-*"))) == 6
+    assert FileParticipants(sink.config.layout).open_ids(WriteId(Kind.FOREACH, "stream-q", 2, run="run-2")) == []
+    ids = sorted(pq.read_table(p).column("id").to_pylist()[0] for p in tmp_path.glob("part-*"))
+    assert ids == [0, 10, 100, 110, 200, 210]

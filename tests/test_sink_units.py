@@ -18,13 +18,29 @@ from kafka_eos_ds.twophase import Outcome
 
 def test_transactional_ids_round_trip_and_reject_other_sinks():
     assert ids.build("etl", 3, 1) == "etl-3-1"
-    assert ids.parse("etl", "etl-3-1") == ids.TransactionalId("etl", 3, 1)
+    assert ids.parse("etl", "etl-3-1") == ids.TransactionalId("etl", "", 3, 1)
     assert ids.parse("etl", "etl-2-3-1") is None       # sink "etl-2"
     assert ids.parse("etl", "etlx-3-1") is None
     assert ids.parse("etl", "etl-3") is None
     assert ids.lower_attempts("etl", 4, 2) == ["etl-4-0", "etl-4-1"]
     import re
     assert re.match(ids.pattern("a.b"), "a.b-1-0") and not re.match(ids.pattern("a.b"), "axb-1-0")
+
+
+def test_transactional_id_families_keep_writers_of_one_prefix_apart():
+    import re
+    job = ids.build("etl", 3, 1, "j1a2b3c4d")
+    assert job == "etl:j1a2b3c4d-3-1" and ids.parse("etl", job) == ids.TransactionalId("etl", "j1a2b3c4d", 3, 1)
+    with pytest.raises(ConfigError):  # ':' never occurs in a prefix: a family never reads as another prefix
+        ids.check_prefix("etl:j1a2b3c4d")
+    assert ids.lower_attempts("etl", 4, 2, "fab") == ["etl:fab-4-0", "etl:fab-4-1"]
+    # The stream's own listing never sees a job's ids, nor a job's listing the stream's ...
+    assert not re.match(ids.pattern("etl"), job) and not re.match(ids.pattern("etl", "j1a2b3c4d"), "etl-3-1")
+    # ... and a foreachBatch recovery selects every run of its stream, no other writer.
+    assert re.match(ids.pattern("etl", "fab*"), "etl:fab12-0-0") and not re.match(ids.pattern("etl", "fab*"), job)
+    assert ids.in_families("etl", "etl:fab12-0-0", "fab*") and not ids.in_families("etl", "etl-0-0", "fab*")
+    assert re.match(ids.any_family("etl"), job) and re.match(ids.any_family("etl"), "etl-0-0")
+    assert ids.decision_writer("etl") == "etl.decisions" and ids.decision_writer("etl", "fab") == "etl:fab.decisions"
 
 
 def test_prefix_must_be_a_readable_name():
@@ -149,7 +165,10 @@ def test_open_ids_are_the_sinks_ongoing_transactions_only():
             return [("etl-0-0", 7, "Ongoing"), ("etl-1-0", 8, "PrepareCommit"), ("etl-2-0", 9, "PrepareAbort"),
                     ("etl-3-1", 10, "Ongoing"), ("etl-x-0", 11, "Ongoing"), ("etl-2-4-0", 12, "Ongoing")]
 
-    assert KafkaTransactions(Listing(), "etl", 60_000).open_ids() == ["etl-0-0", "etl-3-1"]
+    from kafka_eos_ds.twophase import Kind, WriteId
+
+    stream = WriteId(Kind.STREAM, "q", 1)
+    assert KafkaTransactions(Listing(), "etl", 60_000).open_ids(stream) == ["etl-0-0", "etl-3-1"]
 
 
 class _ScriptedProducer:
@@ -197,12 +216,14 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     import pyarrow as pa
 
     from kafka_eos_ds.sink.task_writer import write_partition
+    from kafka_eos_ds.twophase import Kind, WriteId
     from kafka_eos_ds.twophase.protocol import DoneMark
+    from kafka_eos_ds.twophase.writers import Task
 
     monkeypatch.setattr(confluent_kafka, "Producer", _ScriptedProducer)
     cfg = SinkConfig.from_options({**OPTS, **options}, SCHEMA)
     rows = pa.record_batch([pa.array(["k1", "k2"]), pa.array([b"v1", b"v2"])], names=["key", "value"])
-    msg = write_partition(cfg, DoneMark(), iter([rows]), "q", 5)
+    msg = write_partition(cfg, Task(WriteId(Kind.STREAM, "q", 5), 0, 0), DoneMark(), iter([rows]))
     new, *calls = _ScriptedProducer.calls
     conf = new[1]
     assert conf["transactional.id"] == "etl-0-0" and conf["reconnect.backoff.ms"] == backoff
@@ -244,10 +265,10 @@ def test_sink_config_prints_without_secrets():
 
 
 def test_batch_overwrite_is_refused_as_in_the_builtin():
-    from kafka_eos_ds.sink.writers import KafkaBatchWriter
+    from kafka_eos_ds.sink import batch_writer
 
     with pytest.raises(ConfigError, match="'overwrite'.*append"):
-        KafkaBatchWriter(SCHEMA, OPTS, overwrite=True)
+        batch_writer(SCHEMA, OPTS, overwrite=True)
 
 
 def test_the_coordinator_client_takes_the_users_client_id(monkeypatch):

@@ -10,7 +10,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.sink import source_progress
 from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.writers import KafkaBatchWriter
+from kafka_eos_ds.sink import batch_writer
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
 
@@ -65,4 +65,4 @@ def test_the_option_needs_exactly_once_and_a_streaming_query():
     with pytest.raises(ConfigError, match="exactly_once"):
         SinkConfig.from_options({**BASE, "sourceGroupId": "g", "deliveryGuarantee": "at_least_once"}, SCHEMA)
     with pytest.raises(ConfigError, match="streaming"):
-        KafkaBatchWriter(SCHEMA, {**BASE, "sourceGroupId": "g"})
+        batch_writer(SCHEMA, {**BASE, "sourceGroupId": "g"}, overwrite=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
-from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Outcome, Participant, RecoveryContext,
-                                   TwoPhaseCommitter, plan_abort, plan_commit, plan_recovery)
+from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Kind, Outcome, Participant,
+                                   RecoveryContext, TwoPhaseCommitter, WriteId, plan_abort, plan_commit, plan_recovery)
 from kafka_eos_ds.twophase import faults
 from kafka_eos_tools import faults as injection
 
@@ -109,17 +109,36 @@ def test_an_abandoned_batch_is_decided_afresh_and_marks_nothing_done():
 
 # -- the driver's ordering, with fakes ---------------------------------------
 
+def stream(query, batch=-1):
+    return WriteId(Kind.STREAM, query, batch)
+
+
 class FakeLog:
-    def __init__(self, latest=None):
-        self.records = [latest] if latest else []
+    """A decision log: (key, decision) records in write order; the latest per key wins."""
+
+    def __init__(self, latest=None, key=None):
+        self.records = [(key or f"q:{latest.query_id}", latest)] if latest else []
         self.events = None
 
-    def latest(self):
-        return self.records[-1] if self.records else None
+    def latest(self, key=None):
+        found = [d for k, d in self.records if key is None or k == key]
+        return found[-1] if found else None
 
-    def write(self, decision):
-        self.records.append(decision)
+    def latest_of(self, kind):
+        found = [d for k, d in self.records if k.startswith(kind + ":") and d is not None]
+        return found[-1] if found else None
+
+    def unfinished(self, kind):
+        last = {k: d for k, d in self.records if k.startswith(kind + ":")}
+        return [(k, d) for k, d in last.items() if d is not None and d.state == DECIDED]
+
+    def write(self, key, decision):
+        self.records.append((key, decision))
         self.events.append(("write", decision.batch_id, decision.state))
+
+    def forget(self, key):
+        self.records.append((key, None))
+        self.events.append(("forget", key))
 
 
 class FakeParticipants:
@@ -145,7 +164,7 @@ class FakeParticipants:
     def superseded(self, p):
         return [f"p-{p.partition}-{a}" for a in range(p.attempt)]
 
-    def open_ids(self):
+    def open_ids(self, write):
         return self._open
 
     def lost_message(self, parts):
@@ -156,9 +175,6 @@ class FakeParticipants:
     def carry(self, progress, p):
         self.events.append(("carry", p.id if p is not None else None, progress["offsets"]))
 
-    def committed(self, p):
-        return p.id in self.committed_ids
-
     unknown: bool = False  # whether started() cannot tell (an expired id, a group without offsets)
 
     def started(self, progress, p):
@@ -166,6 +182,11 @@ class FakeParticipants:
 
     def unknown_message(self, progress, p):
         return f"{p.id} is unknown"
+
+    lost_offsets: bool = False  # whether the store lost where the output ends (expired group offsets)
+
+    def resumes_before(self, progress):
+        return "the group holds no offsets; batch {batch} ended there" if self.lost_offsets else None
 
 
 def committer(latest=None, outcomes=None, open_ids=(), timeout=5.0, committed_ids=()):
@@ -182,7 +203,7 @@ def committer(latest=None, outcomes=None, open_ids=(), timeout=5.0, committed_id
 
 def test_commit_writes_the_decision_before_the_first_transaction_and_done_after_the_last():
     tpc, log, events = committer()
-    tpc.commit("q", 1, [part(0), part(1, attempt=2)])
+    tpc.commit(stream("q", 1), [part(0), part(1, attempt=2)])
     assert events == [("write", 1, DECIDED), ("commit", "p-0-0"), ("commit", "p-1-2"),
                       ("fence", "p-1-0"), ("fence", "p-1-1"), ("write", 1, DONE)]
     assert tpc.participants.checked == [(("p-0-0", "p-1-2"), [])]   # checked before anything was written
@@ -194,10 +215,10 @@ def test_a_batch_whose_participants_cannot_commit_is_refused_before_the_decision
     tpc, log, events = committer()
     tpc.participants.unfit_reason = "p-1-0 was aborted; raise kafka.transaction.timeout.ms"
     with pytest.raises(TransactionError, match="not committed: p-1-0 was aborted.*kafka.transaction") as info:
-        tpc.commit("q", 1, [part(0), part(1)])
+        tpc.commit(stream("q", 1), [part(0), part(1)])
     assert info.value.retriable
     assert log.latest() is None and events == [] and tpc.participants.checked[0][0] == ("p-0-0", "p-1-0")
-    tpc.abort("q", 1, [part(0), part(1)])      # what Spark does next: both are fenced
+    tpc.abort(stream("q", 1), [part(0), part(1)])      # what Spark does next: both are fenced
     assert ("fence", "p-0-0") in events and ("fence", "p-1-0") in events
 
 
@@ -205,7 +226,7 @@ def test_a_redone_commit_of_a_decided_batch_is_not_checked_again():
     decided = Decision("q", 1, DECIDED, (part(0),))
     tpc, log, events = committer(latest=decided)
     tpc.participants.unfit_reason = "would refuse"
-    tpc.commit("q", 1, [part(0)])
+    tpc.commit(stream("q", 1), [part(0)])
     assert log.latest().state == DONE and tpc.participants.checked == []
 
 
@@ -213,7 +234,7 @@ def test_after_the_commit_every_other_open_id_is_fenced_whatever_its_attempt():
     """Losing attempts of speculation (a higher attempt number than the winner's) and other
     leftovers hold back read_committed readers until fenced; the winners never are."""
     tpc, log, events = committer(open_ids=["p-0-1", "p-1-0", "p-3-0"])
-    tpc.commit("q", 1, [part(0), part(1)])
+    tpc.commit(stream("q", 1), [part(0), part(1)])
     fenced = [e[1] for e in events if e[0] == "fence"]
     assert fenced == ["p-0-1", "p-3-0"]
     assert events.index(("commit", "p-1-0")) < events.index(("fence", "p-0-1")) < events.index(("write", 1, DONE))
@@ -221,26 +242,26 @@ def test_after_the_commit_every_other_open_id_is_fenced_whatever_its_attempt():
 
 def test_commit_is_idempotent_per_batch():
     tpc, log, events = committer()
-    tpc.commit("q", 1, [part(0)])
+    tpc.commit(stream("q", 1), [part(0)])
     events.clear()
-    tpc.commit("q", 1, [part(0)])
+    tpc.commit(stream("q", 1), [part(0)])
     assert events == []
 
 
 def test_a_lost_decided_transaction_fails_loudly_and_leaves_the_decision():
     tpc, log, events = committer(outcomes={"p-1-0": [Outcome.LOST]})
     with pytest.raises(TransactionLostError, match="kafka.transaction.timeout.ms"):
-        tpc.commit("q", 1, [part(0), part(1)])
+        tpc.commit(stream("q", 1), [part(0), part(1)])
     assert log.latest().state == DECIDED
 
 
 def test_unknown_outcomes_are_retried_then_fail_retriably_keeping_the_decision():
     tpc, log, _ = committer(outcomes={"p-0-0": [Outcome.RETRY, Outcome.RETRY, Outcome.COMMITTED]})
-    tpc.commit("q", 1, [part(0)])
+    tpc.commit(stream("q", 1), [part(0)])
     assert log.latest().state == DONE
     tpc, log, _ = committer(outcomes={"p-0-0": [Outcome.RETRY]}, timeout=1.0)
     with pytest.raises(TransactionError) as info:
-        tpc.commit("q", 1, [part(0)])
+        tpc.commit(stream("q", 1), [part(0)])
     assert info.value.retriable and log.latest().state == DECIDED
 
 
@@ -256,37 +277,52 @@ def test_abort_after_a_partial_commit_touches_nothing(monkeypatch, hooked):
     monkeypatch.setenv("KAFKA_EOS_FAULT", "commit-raise@1")
     tpc, log, events = committer(open_ids=["p-1-0"])
     with pytest.raises(injection.InjectedFault):
-        tpc.commit("q", 1, [part(0), part(1)])
+        tpc.commit(stream("q", 1), [part(0), part(1)])
     monkeypatch.delenv("KAFKA_EOS_FAULT")
     events.clear()
-    tpc.abort("q", 1, [part(0), part(1)])
+    tpc.abort(stream("q", 1), [part(0), part(1)])
     assert events == []
 
 
 def test_abort_of_an_undecided_batch_fences_its_transactions():
     tpc, log, events = committer(latest=Decision("q", 0, DONE))
-    tpc.abort("q", 1, [part(0), None])
+    tpc.abort(stream("q", 1), [part(0), None])
     assert events == [("fence", "p-0-0")]
 
 
 def test_recover_finishes_the_decision_then_fences_the_rest():
     decided = Decision("q", 4, DECIDED, (part(0),))
     tpc, log, events = committer(latest=decided, open_ids=["p-0-0", "p-1-0"])
-    mark = tpc.recover()
+    mark = tpc.recover(stream("q"), known_query=False)
     assert events == [("commit", "p-0-0"), ("write", 4, DONE), ("fence", "p-1-0")]
     assert mark == DoneMark("q", 4)
 
 
-def test_progress_rides_in_the_first_participant_before_it_commits():
+def test_progress_rides_in_the_first_participant_attached_before_the_decision():
     tpc, log, events = committer()
-    tpc.commit("q", 1, [part(1), part(0)], PROGRESS)
-    assert events[:3] == [("write", 1, DECIDED), ("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0")]
+    tpc.commit(stream("q", 1), [part(1), part(0)], PROGRESS)
+    assert events[:3] == [("carry", "p-0-0", PROGRESS["offsets"]), ("write", 1, DECIDED), ("commit", "p-0-0")]
     assert log.latest().progress == PROGRESS
+
+
+def test_progress_that_cannot_be_attached_refuses_the_batch_undecided():
+    """A group the sink may not commit to (a missing ACL, a group with members) fails the
+    attachment: before the decision that refuses the batch cleanly; after it, the decided
+    batch would be stuck until its transactions time out and are lost."""
+    tpc, log, events = committer()
+
+    def refuse(progress, participant):
+        raise KafkaClientError("GROUP_AUTHORIZATION_FAILED", retriable=False)
+
+    tpc.participants.carry = refuse
+    with pytest.raises(KafkaClientError, match="GROUP_AUTHORIZATION_FAILED"):
+        tpc.commit(stream("q", 1), [part(0), part(1)], PROGRESS)
+    assert log.latest() is None and events == []
 
 
 def test_progress_of_a_batch_without_output_is_stored_on_its_own():
     tpc, log, events = committer()
-    tpc.commit("q", 1, [part(0, records=0)], PROGRESS)
+    tpc.commit(stream("q", 1), [part(0, records=0)], PROGRESS)
     assert events == [("carry", None, PROGRESS["offsets"]), ("write", 1, DONE)]
     assert log.latest() == Decision("q", 1, DONE, (), PROGRESS)
 
@@ -294,7 +330,7 @@ def test_progress_of_a_batch_without_output_is_stored_on_its_own():
 def test_recovery_finishing_a_decision_attaches_its_progress_again():
     decided = Decision("q", 4, DECIDED, (part(0), part(1)), PROGRESS)
     tpc, log, events = committer(latest=decided)
-    tpc.recover("q")
+    tpc.recover(stream("q"))
     assert events[:2] == [("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0")]
     assert log.latest().state == DONE
 
@@ -302,7 +338,7 @@ def test_recovery_finishing_a_decision_attaches_its_progress_again():
 def test_a_lost_checkpoints_decision_none_of_which_committed_is_abandoned():
     decided = Decision("old", 4, DECIDED, (part(0), part(1)), PROGRESS)
     tpc, log, events = committer(latest=decided, open_ids=["p-0-0", "p-1-0", "p-2-0"])
-    mark = tpc.recover("new")
+    mark = tpc.recover(stream("new"))
     assert ("commit", "p-0-0") not in events and ("commit", "p-1-0") not in events
     assert {("fence", "p-0-0"), ("fence", "p-1-0"), ("fence", "p-2-0")} <= set(events)
     assert log.latest().state == ABANDONED and mark == DoneMark()
@@ -311,14 +347,14 @@ def test_a_lost_checkpoints_decision_none_of_which_committed_is_abandoned():
 def test_a_lost_checkpoints_decision_whose_first_participant_committed_is_finished():
     decided = Decision("old", 4, DECIDED, (part(0), part(1)), PROGRESS)
     tpc, log, events = committer(latest=decided, open_ids=["p-1-0"], committed_ids={"p-0-0"})
-    tpc.recover("new")
+    tpc.recover(stream("new"))
     assert ("commit", "p-1-0") in events and ("fence", "p-1-0") not in events
     assert log.latest().state == DONE
 
 
 def test_an_earlier_unfinished_decision_is_finished_before_a_new_one_is_written():
     tpc, log, events = committer(latest=Decision("q", 4, DECIDED, (part(9),)))
-    tpc.commit("q", 5, [part(0)])
+    tpc.commit(stream("q", 5), [part(0)])
     assert events[:3] == [("commit", "p-9-0"), ("write", 4, DONE), ("write", 5, DECIDED)]
 
 
@@ -383,7 +419,7 @@ def test_a_gate_holds_the_point_until_the_test_opens_it(monkeypatch, hooked, tmp
 def test_a_batch_with_nothing_to_commit_records_it_done_and_fences_earlier_attempts():
     # Recorded so that a checkpoint with committed batches always has a decision in the log.
     tpc, log, events = committer()
-    tpc.commit("q", 1, [part(0, attempt=1, records=0), None])
+    tpc.commit(stream("q", 1), [part(0, attempt=1, records=0), None])
     assert events == [("fence", "p-0-0"), ("write", 1, DONE)] and log.latest() == Decision("q", 1, DONE)
 
 
@@ -392,7 +428,7 @@ def test_a_lost_checkpoints_decision_that_cannot_be_told_started_fails_instead_o
     tpc, log, events = committer(latest=decided, open_ids=["p-1-0"])
     tpc.participants.unknown = True
     with pytest.raises(TransactionError, match="Cannot tell whether batch 4 of query old") as info:
-        tpc.recover("new")
+        tpc.recover(stream("new"))
     assert not info.value.retriable and "p-0-0 is unknown" in str(info.value)
     assert events == [] and log.latest() == decided  # nothing fenced, nothing abandoned
 
@@ -428,21 +464,21 @@ def flaky_committer(latest, open_ids, times, timeout=30.0):
 def test_recovery_retries_transient_coordinator_errors():
     decided = Decision("q", 4, DECIDED, (part(0),))
     tpc, log, events = flaky_committer(decided, ["p-0-0", "p-1-0"], times=3)
-    assert tpc.recover("q") == DoneMark("q", 4)
+    assert tpc.recover(stream("q")) == DoneMark("q", 4)
     assert events == [("commit", "p-0-0"), ("write", 4, DONE), ("fence", "p-1-0")]
 
 
 def test_abort_retries_transient_coordinator_errors():
     tpc, log, events = flaky_committer(Decision("q", 0, DONE), ["p-1-0"], times=3)
     tpc.abort_grace_s = 0
-    tpc.abort("q", 1, [part(0)])
+    tpc.abort(stream("q", 1), [part(0)])
     assert events == [("fence", "p-0-0"), ("fence", "p-1-0")]
 
 
 def test_recovery_gives_up_retriably_after_the_commit_budget():
     tpc, log, events = flaky_committer(None, ["p-1-0"], times=10**6, timeout=5.0)
-    with pytest.raises(TransactionError, match="Could not read the sink's latest decision within 5s") as info:
-        tpc.recover("q")
+    with pytest.raises(TransactionError, match="Could not read the sink's decisions within 5s") as info:
+        tpc.recover(stream("q"))
     assert info.value.retriable and events == []
 
 
@@ -460,5 +496,18 @@ def test_an_older_batch_never_overwrites_a_newer_decision():
 def test_a_zombie_driver_committing_an_older_batch_writes_and_commits_nothing():
     tpc, log, events = committer(latest=Decision("q", 5, DECIDED, (part(3),)))
     with pytest.raises(TransactionError, match="Refusing"):
-        tpc.commit("q", 4, [part(0)])
+        tpc.commit(stream("q", 4), [part(0)])
     assert events == [] and log.latest() == Decision("q", 5, DECIDED, (part(3),))
+
+
+def test_a_new_query_whose_group_lost_its_offsets_stops_instead_of_re_reading_the_input():
+    """The checkpoint is lost after the group's offsets expired: the new query's source
+    would start from the earliest offsets and write the whole input again."""
+    done = Decision("old", 7, DONE, (part(0),), PROGRESS)
+    tpc, log, events = committer(latest=done, open_ids=["p-1-0"])
+    tpc.participants.lost_offsets = True
+    with pytest.raises(TransactionError, match="Query old wrote up to batch 7.*batch 7 ended there") as info:
+        tpc.recover(stream("new"))
+    assert not info.value.retriable and events == []
+    tpc.participants.lost_offsets = False
+    assert tpc.recover(stream("new")) == DoneMark("old", 7)  # the group holds them: the new query goes on

@@ -31,7 +31,7 @@ def commit_latency(bootstrap: str, transactions: int, repeats: int) -> list[floa
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
     from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
     from kafka_eos_ds.sink.participants import KafkaTransactions
-    from kafka_eos_ds.twophase import Participant, TwoPhaseCommitter
+    from kafka_eos_ds.twophase import Kind, Participant, TwoPhaseCommitter, WriteId
 
     topic = create_topic(bootstrap, _name("bench-commit"), 4)
     prefix = _name("bench-commit")
@@ -56,7 +56,8 @@ def commit_latency(bootstrap: str, transactions: int, repeats: int) -> list[floa
         started = time.perf_counter()
         coordinator = TransactionCoordinator(conf)
         log = KafkaDecisionLog(conf, "_kafka_eos_commit_log", prefix)
-        TwoPhaseCommitter(log, KafkaTransactions(coordinator, prefix, 900_000)).commit("bench", batch, participants)
+        TwoPhaseCommitter(log, KafkaTransactions(coordinator, prefix, 900_000)).commit(
+            WriteId(Kind.STREAM, "bench", batch), participants)
         log.close()
         coordinator.close()
         out.append(time.perf_counter() - started)
@@ -68,14 +69,14 @@ def recovery_cost(bootstrap: str, repeats: int) -> list[float]:
 
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from kafka_eos_ds.sink.writers import KafkaStreamWriter
+    from kafka_eos_ds.sink import stream_writer
 
     topic = create_topic(bootstrap, _name("bench-recover"), 1)
     schema = StructType([StructField("value", StringType())])
     opts = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalIdPrefix": _name("bench-rec")}
     out = []
     for _ in range(repeats):
-        writer = KafkaStreamWriter(schema, opts)
+        writer = stream_writer(schema, opts)
         started = time.perf_counter()
         pickle.dumps(writer)
         out.append(time.perf_counter() - started)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kafka_eos_ds.datasource import KafkaEosDataSource
-from kafka_eos_ds.sink.writers import KafkaBatchWriter, KafkaStreamWriter
+from kafka_eos_ds.sink import batch_writer, stream_writer
 from kafka_eos_ds.source.stream_reader import KafkaStreamReader
 
 TIMED = "kafka_eos_timed"
@@ -34,29 +34,32 @@ def _option(options: Mapping[str, Any], name: str) -> Any:
     return next((v for k, v in options.items() if k.lower() == name.lower()), None)
 
 
-class _TimedCommit:
+class TimedSink:
     """The sink's steps timed, one JSON line per step to the ``benchCommitLog`` file:
     ``prepare`` (the planner's check and recovery, once per batch), ``task`` (one task's
     write, with the part spent waiting for input rows: in a pipeline, the source's read)
     and ``commit`` (the driver's commit)."""
 
-    def __init__(self, schema: Any, options: Mapping[str, Any], overwrite: bool = False) -> None:
-        super().__init__(schema, options, overwrite)  # type: ignore[call-arg]
-        self._bench_log = _option(options, COMMIT_LOG_OPTION)
+    def __init__(self, sink: Any, bench_log: Any) -> None:
+        self.sink = sink
+        self._bench_log = bench_log
+
+    @property
+    def message_type(self) -> type:
+        return self.sink.message_type  # type: ignore[no-any-return]
 
     def _record(self, step: str, started: float, **extra: Any) -> None:
         if self._bench_log:
             with open(self._bench_log, "a") as fh:
                 fh.write(json.dumps({"step": step, "seconds": time.perf_counter() - started, **extra}) + "\n")
 
-    def prepare_for_tasks(self) -> Any:
-        started, done_before = time.perf_counter(), self._driver.mark is not None  # type: ignore[attr-defined]
-        mark = super().prepare_for_tasks()  # type: ignore[misc]
-        if not done_before:  # Spark may pickle the writer twice; the second call is free
-            self._record("prepare", started)
+    def prepare(self, spec: Any) -> Any:
+        started = time.perf_counter()
+        mark = self.sink.prepare(spec)
+        self._record("prepare", started)
         return mark
 
-    def write(self, iterator: Any) -> Any:
+    def write(self, task: Any, mark: Any, iterator: Any) -> Any:
         started, waited = time.perf_counter(), [0.0]
 
         def rows() -> Any:
@@ -71,22 +74,17 @@ class _TimedCommit:
                 waited[0] += time.perf_counter() - t
                 yield item
 
-        message = super().write(rows())  # type: ignore[misc]
+        message = self.sink.write(task, mark, rows())
         self._record("task", started, input_s=waited[0])
         return message
 
-    def commit(self, messages: list, *batch_id: int) -> None:
+    def commit(self, write: Any, participants: Any) -> None:
         started = time.perf_counter()
-        super().commit(messages, *batch_id)  # type: ignore[misc]
-        self._record("commit", started, tasks=len(messages))
+        self.sink.commit(write, participants)
+        self._record("commit", started, tasks=len(participants))
 
-
-class TimedStreamWriter(_TimedCommit, KafkaStreamWriter):
-    pass
-
-
-class TimedBatchWriter(_TimedCommit, KafkaBatchWriter):
-    pass
+    def abort(self, write: Any, participants: Any, spec: Any) -> None:
+        self.sink.abort(write, participants, spec)
 
 
 class TimedKafkaEos(KafkaEosDataSource):
@@ -94,11 +92,15 @@ class TimedKafkaEos(KafkaEosDataSource):
     def name(cls) -> str:
         return TIMED
 
+    def _timed(self, writer: Any) -> Any:
+        writer.sink = TimedSink(writer.sink, _option(self.options, COMMIT_LOG_OPTION))
+        return writer
+
     def writer(self, schema: Any, overwrite: bool) -> Any:
-        return TimedBatchWriter(schema, self.options, overwrite)
+        return self._timed(batch_writer(schema, self.options, overwrite))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-        return TimedStreamWriter(schema, self.options, overwrite)
+        return self._timed(stream_writer(schema, self.options))
 
 
 class CommitLog:

@@ -1,10 +1,11 @@
 """The exactly-once file sink (``format("kafka_eos_file")``): in-progress -> pending ->
 final files, on the sink-agnostic protocol of :mod:`kafka_eos_ds.twophase`.
 
-In the order a batch flows through them: :mod:`.datasource` (the data source),
-:mod:`.config` (options), :mod:`.writers` (Spark's entry points), :mod:`.driver` (checks,
-recovery, commit), :mod:`.task` (a task's file), :mod:`.layout` (file names), and the two
-ports: :mod:`.participants` (pending files) and :mod:`.decision_log` (decision.json).
+In the order a write flows through them: :mod:`.datasource` (the data source),
+:mod:`.config` (options), :mod:`.file_sink` (the sink's steps, composed into the
+protocol's writers), :mod:`.task` (a task's file), :mod:`.layout` (file names), and the
+two ports: :mod:`.participants` (pending files) and :mod:`.decision_log` (a
+``decision.json`` per writer).
 """
 
 FORMAT = "kafka_eos_file"

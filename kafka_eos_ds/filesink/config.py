@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -20,11 +20,13 @@ _SUPPORTED = ("a local directory path (/data/out, relative paths are resolved on
 
 @dataclass(frozen=True)
 class FileSinkConfig:
-    """``path`` (a local directory), ``fileFormat`` (parquet | jsonl), ``commitTimeoutMs``."""
+    """``path`` (a local directory), ``fileFormat`` (parquet | jsonl), ``commitTimeoutMs``,
+    and a stream's ``checkpointLocation`` (where its query id is read)."""
 
     root: Path
     file_format: str
     commit_timeout_s: float
+    checkpoint: Optional[str] = None  # a streaming query's checkpointLocation (Spark passes it)
 
     @property
     def layout(self) -> Layout:
@@ -37,7 +39,7 @@ class FileSinkConfig:
                                    f"directory: {_SUPPORTED}.")
         file_format = opts.get_choice("fileFormat", FILE_FORMATS, "parquet")
         timeout_ms = opts.get_int("commitTimeoutMs", 120_000, minimum=1000) or 120_000
-        return cls(local_path(raw), file_format, timeout_ms / 1000)
+        return cls(local_path(raw), file_format, timeout_ms / 1000, opts.get("checkpointLocation"))
 
 
 def local_path(raw: str) -> Path:
@@ -55,11 +57,11 @@ def local_path(raw: str) -> Path:
 
 
 def check_writable(layout: Layout) -> None:
-    """Create the staging directories; a path that cannot be written is the user's 'path' error."""
+    """Create the staging directory; a path that cannot be written is the user's 'path' error."""
     if layout.root.exists() and not layout.root.is_dir():
         raise ConfigError(f"Option 'path' = '{layout.root}' is a file, not a directory; name a directory.")
     try:
-        layout.ensure()
+        layout.staging.mkdir(parents=True, exist_ok=True)
         probe = layout.staging / f".probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()

@@ -30,11 +30,11 @@ class KafkaEosFileDataSource(DataSource):
         return "kafka_eos_file"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from kafka_eos_ds.filesink.writers import FileBatchWriter
+        from kafka_eos_ds.filesink.file_sink import batch_writer
 
-        return FileBatchWriter(schema, self.options, overwrite)
+        return batch_writer(schema, self.options, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from kafka_eos_ds.filesink.writers import FileStreamWriter
+        from kafka_eos_ds.filesink.file_sink import stream_writer
 
-        return FileStreamWriter(schema, self.options, overwrite)
+        return stream_writer(schema, self.options)

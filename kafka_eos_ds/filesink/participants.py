@@ -1,8 +1,8 @@
 """The file sink's :class:`~kafka_eos_ds.twophase.Participants`: pending files by id.
 
 :class:`FileParticipants` treats each pending file as a participant: commit = atomic
-rename to its final name; fence = delete the id's in-progress and pending files;
-open ids = the names in ``in-progress/`` and ``pending/``.
+rename to its final name; fence = delete the id's in-progress and pending files; open
+ids = the names staged in the writer's ``in-progress/`` and ``pending/``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import os
 from typing import Optional, Sequence
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.layout import FileId, Layout, fsync_dir
+from kafka_eos_ds.filesink.layout import FileId, Layout, fsync_dir, writer_dir
+from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
 
 
@@ -37,27 +38,25 @@ class FileParticipants:
         # Pending gone: renamed by an earlier commit (final there), or fenced (lost).
         return Outcome.COMMITTED if final_there else Outcome.LOST
 
-    def committed(self, participant: Participant) -> bool:
-        return (self.layout.resolve(participant.handle["final"]).exists()
-                and not self.layout.resolve(participant.handle["pending"]).exists())
-
     def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
         # Pending files do not time out; one can only have been deleted (fenced by another
         # writer of the directory, or by hand).
         gone = [p.id for p in participants if not self.layout.resolve(p.handle["pending"]).exists()]
         if not gone:
             return None
-        return (f"the pending file(s) of {', '.join(gone)} are gone from '{self.layout.pending_dir}'. Give each "
-                "query its own 'path', and never delete '_kafka_eos' while a query runs.")
+        return (f"the pending file(s) of {', '.join(gone)} are gone from '{self.layout.staging}'. Never delete "
+                "'_kafka_eos' while a query runs.")
 
     def fence(self, participant_id: str) -> None:
-        for directory in (self.layout.in_progress_dir, self.layout.pending_dir):
-            for path in directory.glob(f"{participant_id}.*"):
-                # A writer still appending to an unlinked in-progress file fails at its
-                # rename to pending: a zombie can never pre-commit after this.
-                path.unlink(missing_ok=True)
-            if directory.exists():
-                fsync_dir(directory)
+        fid = FileId.parse(participant_id)
+        if fid is None:
+            return
+        for path in (self.layout.in_progress(fid), self.layout.pending(fid)):
+            # A writer still appending to an unlinked in-progress file fails at its
+            # rename to pending: a zombie can never pre-commit after this.
+            path.unlink(missing_ok=True)
+            if path.parent.exists():
+                fsync_dir(path.parent)
 
     def superseded(self, participant: Participant) -> Sequence[str]:
         fid = FileId.parse(participant.id) if participant.id else None
@@ -65,18 +64,13 @@ class FileParticipants:
             return ()
         return [str(f) for f in fid.earlier_attempts()]
 
-    def open_ids(self) -> Sequence[str]:
-        ids = set()
-        for directory in (self.layout.in_progress_dir, self.layout.pending_dir):
-            if not directory.exists():
-                continue
-            for path in directory.iterdir():
-                fid = FileId.parse(path.name)
-                if fid is not None:
-                    ids.add(str(fid))
+    def open_ids(self, write: WriteId) -> Sequence[str]:
+        writer = writer_dir(write.key)
+        ids = {str(fid) for path in self.layout.staged(writer)
+               if (fid := FileId.parse(f"{writer}/{path.name}")) is not None}
         return sorted(ids)
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
-        return (f"Their pending files under '{self.layout.pending_dir}' were deleted before the commit renamed "
-                "them (another writer of the same directory recovering, or a manual clean-up). Give each query "
-                "its own 'path', never delete '_kafka_eos' while a query runs, and re-process the affected input.")
+        return (f"Their pending files under '{self.layout.staging}' were deleted before the commit renamed "
+                "them (a manual clean-up?). Never delete '_kafka_eos' while a query runs, and re-process the "
+                "affected input.")

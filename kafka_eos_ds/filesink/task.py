@@ -1,8 +1,9 @@
 """The executor side of the file sink: Arrow batches -> one in-progress file -> pending.
 
-A task of batch N writes its rows to ``_kafka_eos/in-progress/<id>.<ext>`` (opened at
-the first row, so an empty task creates nothing). Pre-commit closes the file, fsyncs
-it, renames it to ``_kafka_eos/pending/<id>.<ext>`` and fsyncs the directory: from
+A task of batch N writes its rows to ``_kafka_eos/<writer>/in-progress/<id>.<ext>``
+(opened at the first row, so an empty task creates nothing). Pre-commit closes the file,
+fsyncs it, renames it to ``_kafka_eos/<writer>/pending/<id>.<ext>`` and fsyncs the
+directory (:mod:`.layout`): from
 then on the file survives any crash but no reader of DIR sees it. The commit message
 names the pending file and the final name the driver will rename it to.
 """
@@ -16,49 +17,48 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from pyspark.sql.datasource import WriterCommitMessage
 
 from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.layout import FileId, fsync_dir, query_token
+from kafka_eos_ds.filesink.layout import FileId, fsync_dir
+from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
-from kafka_eos_ds.twophase.spark import task_identity
 from kafka_eos_ds.twophase.task import already_decided, run_task
+from kafka_eos_ds.twophase.writers import Task
 
 
 @dataclass
 class FileCommitMessage(WriterCommitMessage):
-    """One task's pre-committed file (``records`` 0: no file; ``skipped``: batch already decided)."""
+    """One task's pre-committed file (``records`` 0: no file)."""
 
-    query_id: Optional[str]
-    batch_id: Optional[int]
+    write: WriteId
     file_id: str
     partition: int
     attempt: int
     records: int
     pending: str = ""  # relative to the sink directory
     final: str = ""
-    skipped: bool = False
 
     def participant(self) -> Participant:
         return Participant(self.file_id, self.partition, self.attempt, self.records,
                            {"pending": self.pending, "final": self.final})
 
 
-def write_files(config: FileSinkConfig, mark: DoneMark, items: Iterable[Any], schema: Any,
-                default_query: Optional[str] = None, default_batch: Optional[int] = None) -> FileCommitMessage:
+def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
+                schema: Any) -> FileCommitMessage:
     """One task: its rows in one in-progress file, renamed to pending; the message for the driver."""
-    task = task_identity(default_query, default_batch)
-    fid = FileId(query_token(task.query), int(task.batch or 0), task.partition, task.attempt)
+    fid = FileId.of(task.write, task.partition, task.attempt)
     if already_decided(mark, task, items):
-        return FileCommitMessage(task.query, task.batch, str(fid), task.partition, task.attempt, 0, skipped=True)
+        return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, 0)
     layout = config.layout
+    layout.ensure(fid.writer)
     writer = _FileWriter(config.file_format, layout.in_progress(fid), layout.pending(fid), schema)
     records = run_task(writer, items, task)
     if records == 0:
-        return FileCommitMessage(task.query, task.batch, str(fid), task.partition, task.attempt, 0)
-    return FileCommitMessage(task.query, task.batch, str(fid), task.partition, task.attempt, records,
+        return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, 0)
+    return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, records,
                              layout.relative(writer.pending), layout.relative(layout.final(fid)))
 
 

@@ -1,16 +1,16 @@
 """The exactly-once Kafka sink: task transaction -> commit message -> driver commit -> recovery.
 
-In the order a batch flows through them: :mod:`.config` (options and columns, checked
-once), :mod:`.writers` (Spark's entry points), :mod:`.driver` (checks, recovery, commit),
-:mod:`.task_writer` (a task's transaction), :mod:`.messages` (what a task reports), and
-the two ports of :mod:`kafka_eos_ds.twophase`: :mod:`.participants` (transactions by id,
-with :mod:`.commit_outcome` sorting EndTxn answers) and :mod:`.decision_log` (the
-commit-log topic). :mod:`.transactional_ids` names the transactions;
-:mod:`.source_progress` reads what a batch consumed; :mod:`.transactions_tool` lists and
-aborts a sink's open transactions for operators.
+In the order a write flows through them: :mod:`.config` (options and columns, checked
+once), :mod:`.kafka_sink` (the sink's steps, composed into the protocol's writers of
+:mod:`kafka_eos_ds.twophase.writers`), :mod:`.task_writer` (a task's transaction),
+:mod:`.messages` (what a task reports), and the two ports of :mod:`kafka_eos_ds.twophase`:
+:mod:`.participants` (transactions by id, with :mod:`.commit_outcome` sorting EndTxn
+answers) and :mod:`.decision_log` (the commit-log topic). :mod:`.transactional_ids` names
+the transactions; :mod:`.source_progress` reads what a batch consumed;
+:mod:`.transactions_tool` lists and aborts a sink's open transactions for operators.
 """
 
+from kafka_eos_ds.sink.kafka_sink import batch_writer, stream_writer
 from kafka_eos_ds.sink.transactions_tool import abort_transactions, list_transactions
-from kafka_eos_ds.sink.writers import KafkaBatchWriter, KafkaStreamWriter
 
-__all__ = ["KafkaBatchWriter", "KafkaStreamWriter", "list_transactions", "abort_transactions"]
+__all__ = ["batch_writer", "stream_writer", "list_transactions", "abort_transactions"]

@@ -1,45 +1,61 @@
 """The sink's commit decisions, kept in a compacted Kafka topic.
 
-One record per decision step, keyed by the sink's ``transactionalIdPrefix``, valued
-``{"queryId", "batchId", "state": "decided"|"done"|"abandoned", "transactions": [...]}``.
-Kept in Kafka (not in the checkpoint) so it works for any checkpoint file system and
-survives the loss of the checkpoint. Compaction keeps the latest record per sink; the
-reader reads backwards from the end in small windows, so a busy shared topic costs a
-window, not a scan.
+One record per decision step, keyed ``{transactionalIdPrefix}|{writer}`` (the writer
+key of :mod:`kafka_eos_ds.twophase.identity`: ``q:<query id>`` for a stream,
+``f:<query id>`` for its writes inside foreachBatch, ``a:<txnAppId>``, ``j:<job id>``),
+valued ``{"queryId", "batchId", "state": "decided"|"done"|"abandoned", "transactions":
+[...]}``. Kept in Kafka (not in the checkpoint) so it works for any checkpoint file
+system and survives the loss of the checkpoint. Compaction keeps the latest record per
+writer; a finished job's key is deleted (a tombstone). A record keyed by the bare prefix
+is a stream's decision written before keys named the writer.
 
-Where a sink's decisions live is pinned: the first one goes to ``crc32(prefix) %
-partitions``, every later one to the partition that holds the sink's latest decision,
-found by key. Partitions added to the topic later therefore never move them (a reader
-that looked only at the hashed partition would see no decision and fence a decided
-batch).
+The reader reads backwards from the end in small windows, so a busy shared topic costs
+a window, not a scan. All of a prefix's records live in one partition: the first goes
+to ``crc32(prefix) % partitions``, every later one to the partition that holds the
+prefix's latest record, found by key. Partitions added to the topic later therefore
+never move them.
 
-Writes are transactions of one producer per sink, transactional id
-``{prefix}.decisions`` (never an id of the sink's tasks, see
-:mod:`.transactional_ids`), read with ``read_committed``. A write either committed or
-never becomes visible: :meth:`KafkaDecisionLog.fence_writers` (every driver step
-calls it before reading) fences an older writer whose write stalled, so that write
-cannot land after the step has read the log and acted on what it read.
+Writes are transactions of one producer per writer (:func:`~.transactional_ids.decision_writer`),
+read with ``read_committed``. A write either committed or never becomes visible:
+:meth:`KafkaDecisionLog.fence_writers` (every driver step calls it before reading)
+fences an older producer of the same writer whose write stalled, so that write cannot
+land after the step has read the log and acted on what it read. Another writer's open
+write (another sink sharing the topic) would hide every later record from a
+``read_committed`` reader, so a read first waits for the partition's last stable offset
+to reach its high watermark: a read sees everything committed before it started.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import zlib
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.client_settings import client_config, redact
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase.protocol import Decision
+from kafka_eos_ds.twophase.protocol import DECIDED, Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
 _WINDOW = 256
+# A decision write is one record and a commit. Short, so that a writer that dies in the
+# middle holds back readers of the topic (every sink sharing it) for seconds, not the
+# librdkafka default of a minute; the broker aborts it after this.
+WRITER_TIMEOUT_MS = 10_000
+# How long a read waits for another writer's open decision write to end (its timeout
+# plus the broker's abort sweep, with room).
+SETTLE_S = 30.0
+# How far back a search for unfinished jobs reads: a job's transactions are aborted by
+# their timeout (at most the broker's transaction.max.timeout.ms, 15 min by default)
+# long before this, and finishing them is then impossible anyway.
+JOB_HORIZON_S = 3600.0
 
 
 def partition_for(key: str, partitions: int) -> int:
-    """The partition a sink's first decision goes to (later ones follow it, see the module)."""
+    """The partition a prefix's first decision goes to (later ones follow it, see the module)."""
     return zlib.crc32(key.encode("utf-8")) % max(1, partitions)
 
 
@@ -53,17 +69,21 @@ class KafkaDecisionLog:
         consumer-only keys are filtered by the clients themselves.
     topic : str
         The commit-log topic (sink option ``commitLogTopic``); created if missing.
-    key : str
+    prefix : str
         The sink's ``transactionalIdPrefix``.
+    writer : str
+        The writer family whose producer writes here ('' for a stream's own sink).
     """
 
-    def __init__(self, conf: Mapping[str, Any], topic: str, key: str) -> None:
+    def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "") -> None:
         self._conf = dict(conf)  # client_config keeps what the commit-log clients need
         self.topic = topic
-        self.key = key
+        self.prefix = prefix
+        self.writer = writer
         self._producer: Any = None
+        self._readers: Optional[tuple[Any, Any]] = None
         self._partitions: Optional[int] = None
-        self._partition: Optional[int] = None  # where this sink's decisions are, once looked up
+        self._partition: Optional[int] = None  # where this prefix's decisions are, once looked up
 
     # -- topic --------------------------------------------------------------
 
@@ -96,8 +116,6 @@ class KafkaDecisionLog:
                     if t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values()):
                         partitions = len(t.partitions)
                         break
-                    import time
-
                     time.sleep(0.1)
             else:
                 partitions = len(existing.partitions)
@@ -112,35 +130,41 @@ class KafkaDecisionLog:
     # -- write ---------------------------------------------------------------
 
     def fence_writers(self) -> None:
-        """Become the sink's only decision writer: init_transactions on ``{prefix}.decisions``
-        aborts an open write of an earlier writer and refuses it from then on."""
+        """Become the writer's only decision producer: init_transactions on its id aborts an
+        open write of an earlier producer and refuses it from then on."""
         from confluent_kafka import KafkaException, Producer
 
         if self._producer is not None:
             return
         self.ensure_topic()  # the topic exists, as compacted, before a producer asks for it
         producer = Producer(client_config(self._conf, "commit_log", **{
-            "transactional.id": transactional_ids.decision_writer(self.key), "acks": "all", "linger.ms": 0,
-            "client.id": "kafka-eos-commit-log"}))
+            "transactional.id": transactional_ids.decision_writer(self.prefix, self.writer), "acks": "all",
+            "linger.ms": 0, "transaction.timeout.ms": WRITER_TIMEOUT_MS, "client.id": "kafka-eos-commit-log"}))
         try:
             # Connected first: a new writer starts in every driver step (producer_start).
             init_transactions(producer, self.topic)
         except KafkaException as exc:
-            raise KafkaClientError(f"Cannot start the commit-log writer of '{self.key}' on '{self.topic}': {exc}",
-                                   retriable=exc.args[0].retriable()) from exc
+            raise KafkaClientError(f"Cannot start the commit-log writer of '{self.prefix}' on '{self.topic}': "
+                                   f"{exc}", retriable=exc.args[0].retriable()) from exc
         self._producer = producer
 
-    def write(self, decision: Decision) -> None:
+    def write(self, key: str, decision: Decision) -> None:
+        value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
+        self._produce(key, value, decision.batch_id)
+
+    def forget(self, key: str) -> None:
+        self._produce(key, None, None)
+
+    def _produce(self, key: str, value: Optional[bytes], batch: Optional[int]) -> None:
         from confluent_kafka import KafkaException
 
         partition = self._locate()
         self.fence_writers()
-        value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
         producer = self._producer
         try:
             producer.begin_transaction()
-            producer.produce(self.topic, value=value, key=self.key.encode(), partition=partition)
-            faults.check("decision-before-commit", batch=decision.batch_id)
+            producer.produce(self.topic, value=value, key=self._record_key(key), partition=partition)
+            faults.check("decision-before-commit", batch=batch)
             producer.commit_transaction(60)
         except KafkaException as exc:
             error = exc.args[0]
@@ -150,11 +174,11 @@ class KafkaDecisionLog:
                 except KafkaException:
                     pass  # then the next writer's init_transactions aborts it
             elif not error.retriable():
-                # Fenced by a newer writer (another driver of this sink), or fatal: this
+                # Fenced by a newer producer (another driver of this writer), or fatal: this
                 # write never becomes visible and this driver must not go on.
                 self._producer = None
                 raise KafkaClientError(
-                    f"Writing the commit decision of '{self.key}' to '{self.topic}' failed: {error}. Another "
+                    f"Writing the commit decision of '{self.prefix}' to '{self.topic}' failed: {error}. Another "
                     "driver of this sink took over its commit log; this one stops.", retriable=False) from exc
             # Retriable: the outcome is settled by the next writer's init_transactions.
             self._producer = None
@@ -163,78 +187,161 @@ class KafkaDecisionLog:
 
     # -- read ---------------------------------------------------------------
 
-    def latest(self) -> Optional[Decision]:
-        self._partition = None  # look again: a writer may have pinned it since
-        found = self._lookup()
-        return Decision.from_json(json.loads(found)) if found is not None else None
+    def latest(self, key: str) -> Optional[Decision]:
+        wanted = self._record_key(key)
+        # A tombstone of the key ends the search: the writer was forgotten.
+        found = self._search(lambda k, d: k == wanted or (k == self._legacy and _legacy_of(key, d)))
+        return found[1] if found else None
+
+    def latest_of(self, kind: str) -> Optional[Decision]:
+        head = self._record_key(kind + ":")
+        found = self._search(lambda k, d: d is not None and (k.startswith(head) or (k == self._legacy and kind == "q")))
+        return found[1] if found else None
+
+    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+        head = self._record_key(kind + ":")
+        seen: dict[bytes, Optional[Decision]] = {}
+        horizon_ms = (time.time() - JOB_HORIZON_S) * 1000
+
+        def collect(record_key: bytes, decision: Optional[Decision]) -> bool:
+            if record_key.startswith(head):
+                seen.setdefault(record_key, decision)  # the first seen (backwards) is the latest
+            return False
+
+        self._search(collect, since_ms=horizon_ms)
+        return [(k.decode()[len(self.prefix) + 1:], d) for k, d in seen.items() if d is not None and d.state == DECIDED]
+
+    def _record_key(self, key: str) -> bytes:
+        return f"{self.prefix}|{key}".encode()
+
+    @property
+    def _legacy(self) -> bytes:
+        return self.prefix.encode()
 
     def _locate(self) -> int:
         if self._partition is None:
-            self._lookup()
+            self._search(lambda k, d: False, pin_only=True)
         assert self._partition is not None
         return self._partition
 
-    def _lookup(self) -> Optional[bytes]:
-        """The sink's latest decision record, searched by key: the hashed partition first,
-        then the others; pins ``_partition`` to where it is (or the hashed one if none).
+    def _search(self, want: Callable[[bytes, Optional[Decision]], bool], *, since_ms: Optional[float] = None,
+                pin_only: bool = False) -> Optional[tuple[bytes, Optional[Decision]]]:
+        """The latest record of this prefix that ``want(record_key, decision)`` accepts
+        (``decision`` None: a tombstone, the writer forgotten), reading backwards, and no
+        further back than ``since_ms`` if given:
+        reading backwards: the pinned (or hashed) partition first, then the others; pins
+        ``_partition`` to where the prefix's records are (the hashed one if none).
 
-        A partition without the key is read to its start: a cost only after partitions
-        were added (compaction keeps a partition to about one record per sink)."""
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        A partition without the prefix is read to its start: a cost only after partitions
+        were added (compaction keeps a partition to about one record per writer)."""
+        from confluent_kafka import KafkaException
 
         partitions = self.ensure_topic()
-        hashed = partition_for(self.key, partitions)
-        consumer = Consumer(client_config(self._conf, "commit_log", **{
-            "group.id": reader_group(self.key), "enable.auto.commit": False,
-            "isolation.level": "read_committed", "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
-        key = self.key.encode()
+        hashed = partition_for(self.prefix, partitions)
+        order = [self._partition if self._partition is not None else hashed]
+        order += [p for p in range(partitions) if p not in order]
+        mine = self._record_key("")
         try:
-            for partition in [hashed] + [p for p in range(partitions) if p != hashed]:
-                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15,
-                                                           cached=False)
-                end = high
+            for partition in order:
+                low, end = self._settled_range(partition)
+                pinned = False
                 while end > low:
                     start = max(low, end - _WINDOW)
-                    found = self._read_window(consumer, partition, start, end, key)
-                    if found is not None:
-                        Decision.from_json(json.loads(found))  # a foreign record fails here, loudly
+                    for _offset, record_key, value, ts in reversed(self._read_window(partition, start, end)):
+                        if since_ms is not None and 0 <= ts < since_ms:
+                            return None
+                        if record_key != self._legacy and not record_key.startswith(mine):
+                            continue
+                        pinned = True
                         self._partition = partition
-                        return found
+                        if pin_only:
+                            return None
+                        decision = self._decode(record_key, value) if value is not None else None
+                        if want(record_key, decision):
+                            return record_key, decision
                     end = start
+                if pinned:
+                    return None  # the prefix lives in this partition: nothing more to find elsewhere
             self._partition = hashed
             return None
         except KafkaException as exc:
             raise KafkaClientError(f"Reading the commit log '{self.topic}' failed: {exc}", retriable=True) from exc
-        except (ValueError, KeyError) as exc:
-            raise ConfigError(f"The commit-log topic '{self.topic}' holds a record for '{self.key}' that is not a "
-                              f"kafka_eos decision ({exc}); option 'commitLogTopic' must name a topic used only "
-                              "by kafka_eos sinks.") from exc
-        finally:
-            consumer.close()
 
-    def _read_window(self, consumer: Any, partition: int, start: int, end: int, key: bytes) -> Optional[bytes]:
+    def _decode(self, record_key: bytes, value: bytes) -> Decision:
+        try:
+            return Decision.from_json(json.loads(value))
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"The commit-log topic '{self.topic}' holds a record for '{record_key!r}' that is not "
+                              f"a kafka_eos decision ({exc}); option 'commitLogTopic' must name a topic used only "
+                              "by kafka_eos sinks.") from exc
+
+    def _consumers(self) -> tuple[Any, Any]:
+        """A read_committed consumer (reads, and the last stable offset) and a
+        read_uncommitted one (the high watermark)."""
+        from confluent_kafka import Consumer
+
+        if self._readers is None:
+            def consumer(isolation: str) -> Any:
+                return Consumer(client_config(self._conf, "commit_log", **{
+                    "group.id": reader_group(self.prefix), "enable.auto.commit": False,
+                    "isolation.level": isolation, "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
+
+            self._readers = (consumer("read_committed"), consumer("read_uncommitted"))
+        return self._readers
+
+    def _settled_range(self, partition: int) -> tuple[int, int]:
+        """``(low, end)`` of what a read_committed reader may trust: ``end`` is the last
+        stable offset once it has reached the high watermark seen when the read started."""
+        from confluent_kafka import TopicPartition
+
+        committed, uncommitted = self._consumers()
+        tp = TopicPartition(self.topic, partition)
+        _, high = uncommitted.get_watermark_offsets(tp, timeout=15, cached=False)
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            low, stable = committed.get_watermark_offsets(tp, timeout=15, cached=False)
+            if stable >= high:
+                return low, stable
+            if time.monotonic() >= deadline:
+                raise KafkaClientError(
+                    f"The commit log '{self.topic}' (partition {partition}) is held back by another writer's open "
+                    f"write for more than {SETTLE_S:.0f}s (offsets {stable}..{high} not settled); retrying.",
+                    retriable=True)
+            time.sleep(0.05)
+
+    def _read_window(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, Any, int]]:
+        """``(offset, key, value, timestamp ms)`` of the committed records in ``[start, end)``."""
         from confluent_kafka import KafkaError, TopicPartition
 
+        consumer = self._consumers()[0]
         consumer.assign([TopicPartition(self.topic, partition, start)])
-        found = None
+        records: list[tuple[int, bytes, Any, int]] = []
         while True:
             msg = consumer.poll(10)
             if msg is None:
                 raise KafkaClientError(f"Reading the commit log '{self.topic}' timed out", retriable=True)
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return found
+                    return records
                 raise KafkaClientError(f"Reading the commit log '{self.topic}' failed: {msg.error()}", retriable=True)
             if msg.offset() >= end:
-                return found
-            if msg.key() == key:
-                found = msg.value()
+                return records
+            records.append((msg.offset(), msg.key() or b"", msg.value(), msg.timestamp()[1]))
             if msg.offset() >= end - 1:
-                return found
+                return records
 
     def close(self) -> None:
         # Every write committed or aborted its transaction before returning: nothing to flush.
         self._producer = None
+        readers, self._readers = self._readers, None
+        for consumer in readers or ():
+            consumer.close()
+
+
+def _legacy_of(key: str, decision: Optional[Decision]) -> bool:
+    """Whether a record keyed by the bare prefix (a stream's, written before keys named the
+    writer) is ``key``'s."""
+    return decision is not None and key == f"q:{decision.query_id}"
 
 
 def reader_group(prefix: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
 
 
@@ -56,6 +57,18 @@ class KafkaTransactions:
         # a commit): the group's offsets, which rode in the transaction, tell.
         return source_progress.compare(progress["offsets"], self.coordinator.group_offsets(str(progress["group"])))
 
+    def resumes_before(self, progress: Mapping[str, Any]) -> Optional[str]:
+        group, offsets = str(progress["group"]), progress["offsets"]
+        held = self.coordinator.group_offsets(group)
+        if any(str(part) in held.get(topic, {}) for topic, parts in offsets.items() for part in parts):
+            return None
+        return (f"the consumer group '{group}' (option 'sourceGroupId') holds no offsets for the input, while the "
+                f"output ends at batch {{batch}}'s end offsets {dict(offsets)}: the group's offsets expired "
+                "(offsets.retention.minutes) or were deleted, and a query starting from the group reads the input "
+                f"again from its start. Set the group's offsets to those end offsets (kafka-consumer-groups --group "
+                f"{group} --reset-offsets --to-offset ... --execute, per partition), delete this query's new "
+                "checkpoint, and restart.")
+
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         group = progress["group"]
         return (f"the coordinator no longer knows its first transaction {first.id} as it ran (expired after "
@@ -65,13 +78,6 @@ class KafkaTransactions:
                 "abandoning it could lose it. Look in the output for the batch's records, then set the group's "
                 f"offsets (kafka-consumer-groups --group {group} --reset-offsets --to-offset ... --execute) to "
                 "the batch's end offsets if they are there, or to its start offsets if not, and restart.")
-
-    def committed(self, participant: Participant) -> bool:
-        pid, epoch = _producer(participant)
-        state = self.coordinator.describe(participant.id)
-        if _in_state(state, TxnStatus.PREPARE_COMMIT, pid, epoch):
-            return True  # the coordinator is writing its commit markers: it will be committed
-        return classify_described(state, pid, epoch) is Outcome.COMMITTED
 
     def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
         # One DescribeTransactions per coordinator. The time left is counted on the
@@ -100,16 +106,19 @@ class KafkaTransactions:
     def superseded(self, participant: Participant) -> Sequence[str]:
         # Also for a participant without a transaction of its own (no rows): the
         # earlier attempts of its task may still hold theirs open.
-        return transactional_ids.lower_attempts(self.prefix, participant.partition, participant.attempt)
+        parsed = transactional_ids.parse(self.prefix, participant.id) if participant.id else None
+        family = parsed.family if parsed is not None else str(participant.handle.get("family", ""))
+        return transactional_ids.lower_attempts(self.prefix, participant.partition, participant.attempt, family)
 
-    def open_ids(self) -> Sequence[str]:
-        listed = self.coordinator.list_transactions(transactional_ids.pattern(self.prefix))
+    def open_ids(self, write: WriteId) -> Sequence[str]:
+        families = write.families
+        listed = self.coordinator.list_transactions(transactional_ids.pattern(self.prefix, families))
         # Only an Ongoing transaction needs an abort. PrepareCommit/PrepareAbort are ending
         # by themselves: typically the last batch's commits, whose markers the coordinator
         # is still writing when the next batch's recovery looks (fencing one only waits
         # for it to end, and was logged as "aborting leftover transactions").
         return [tid for tid, _pid, state in listed
-                if state == TxnStatus.ONGOING and transactional_ids.parse(self.prefix, tid) is not None]
+                if state == TxnStatus.ONGOING and transactional_ids.in_families(self.prefix, tid, families)]
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return ("The usual cause is the transaction timeout: the broker aborts a transaction open longer than "

@@ -22,8 +22,8 @@ from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.twophase.protocol import DoneMark
-from kafka_eos_ds.twophase.spark import task_identity
 from kafka_eos_ds.twophase.task import already_decided, run_task
+from kafka_eos_ds.twophase.writers import Task
 
 # Small, so the producer id is known by the time the task has flushed; its cost is one
 # JSON document every 20 ms per producer, parsed until the id is in it.
@@ -81,15 +81,14 @@ class _Stats:
             self.ready.set()
 
 
-def write_partition(config: SinkConfig, mark: DoneMark, items: Iterable[Any],
-                    default_query: Optional[str] = None, default_batch: Optional[int] = None) -> KafkaCommitMessage:
+def write_partition(config: SinkConfig, task: Task, mark: DoneMark, items: Iterable[Any]) -> KafkaCommitMessage:
     """One task: its rows in one transaction, pre-committed; the message for the driver."""
-    task = task_identity(default_query, default_batch)
+    family = task.write.family
     if config.exactly_once and already_decided(mark, task, items):
-        return KafkaCommitMessage(task.query, task.batch, task.partition, task.attempt, 0, skipped=True)
-    writer = _PartitionWriter(config, task.partition, task.attempt)
+        return KafkaCommitMessage(task.write, task.partition, task.attempt, 0, family)
+    writer = _PartitionWriter(config, task.partition, task.attempt, family)
     records = run_task(writer, items, task)
-    return KafkaCommitMessage(task.query, task.batch, task.partition, task.attempt, records, writer.transactional_id,
+    return KafkaCommitMessage(task.write, task.partition, task.attempt, records, family, writer.transactional_id,
                               *(writer.pid_epoch or (-1, -1)))
 
 
@@ -97,9 +96,9 @@ class _PartitionWriter:
     """One task's producer (a :class:`~kafka_eos_ds.twophase.TaskTransaction`); opened at
     the first row, so empty tasks open no transaction."""
 
-    def __init__(self, config: SinkConfig, partition: int, attempt: int) -> None:
+    def __init__(self, config: SinkConfig, partition: int, attempt: int, family: str = "") -> None:
         self.config = config
-        self.transactional_id = (transactional_ids.build(config.prefix, partition, attempt)
+        self.transactional_id = (transactional_ids.build(config.prefix, partition, attempt, family)
                                  if config.exactly_once and config.prefix is not None else None)
         self.producer: Any = None
         self.delivery = _Delivery()

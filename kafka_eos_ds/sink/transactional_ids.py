@@ -1,10 +1,17 @@
 """Transactional ids of the sink: built and parsed here, and only here.
 
-An id is ``{prefix}-{partitionId}-{attemptNumber}``. The set is bounded (Spark's
-partition count times its task attempts) and predictable, so recovery can recognise
-every id the sink may have used, even after the number of tasks changed. Different
-attempts of one task get different ids, so a retry never fences its predecessor by
-accident; the driver fences the lower attempts on purpose when a batch commits.
+A stream's own sink uses ``{prefix}-{partitionId}-{attemptNumber}``. The set is bounded
+(Spark's partition count times its task attempts) and predictable, so recovery can
+recognise every id the sink may have used, even after the number of tasks changed.
+Different attempts of one task get different ids, so a retry never fences its
+predecessor by accident; the driver fences the lower attempts on purpose when a batch
+commits.
+
+``df.write`` jobs and writes inside ``foreachBatch`` use ids of their own *family*
+(:mod:`kafka_eos_ds.twophase.identity`): ``{prefix}:{family}-{partitionId}-{attempt}``.
+Writers sharing a prefix therefore never open, list or fence each other's transactions.
+A family is per stream run (foreachBatch), per app id (``txnAppId``) or per job, so the
+ids a prefix ever uses stay bounded by what runs, not by how many batches run.
 """
 
 from __future__ import annotations
@@ -14,22 +21,28 @@ from dataclasses import dataclass
 from typing import Optional
 
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.twophase.identity import matches
 
 # Kafka accepts any string as a transactional id; the prefix is restricted to the
-# characters of topic names so ids stay readable in broker tools and parse unambiguously.
+# characters of topic names so ids stay readable in broker tools and parse unambiguously
+# (':' never occurs in a prefix, so "p:f1-0-0" is a family of "p", never a stream of "p:f1").
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_FAMILY = re.compile(r"^[a-z][0-9a-f]{1,32}$")
 
 
 @dataclass(frozen=True, order=True)
 class TransactionalId:
-    """One transactional id of a sink: ``prefix``, Spark ``partition`` and ``attempt``."""
+    """One transactional id of a sink: ``prefix``, ``family`` ('' for a stream's own sink),
+    Spark ``partition`` and ``attempt``."""
 
     prefix: str
+    family: str
     partition: int
     attempt: int
 
     def __str__(self) -> str:
-        return f"{self.prefix}-{self.partition}-{self.attempt}"
+        head = f"{self.prefix}:{self.family}" if self.family else self.prefix
+        return f"{head}-{self.partition}-{self.attempt}"
 
 
 def check_prefix(prefix: str) -> str:
@@ -41,40 +54,65 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-def build(prefix: str, partition: int, attempt: int) -> str:
-    """The transactional id of task ``partition``, attempt ``attempt``."""
-    return str(TransactionalId(prefix, int(partition), int(attempt)))
+def build(prefix: str, partition: int, attempt: int, family: str = "") -> str:
+    """The transactional id of task ``partition``, attempt ``attempt``, in ``family``."""
+    return str(TransactionalId(prefix, family, int(partition), int(attempt)))
 
 
 def parse(prefix: str, transactional_id: str) -> Optional[TransactionalId]:
     """The parts of ``transactional_id`` if it belongs to ``prefix``, else None.
 
     An id of another sink whose prefix merely starts with ours (``orders-etl-2`` vs
-    ``orders-etl``) does not parse: exactly two numeric fields must follow the prefix.
+    ``orders-etl``) does not parse: exactly two numeric fields must follow the prefix
+    (or its family).
     """
-    head = prefix + "-"
-    if not transactional_id.startswith(head):
+    family = ""
+    if transactional_id.startswith(prefix + ":"):
+        family, sep, rest = transactional_id[len(prefix) + 1:].partition("-")
+        if not sep or not _FAMILY.match(family):
+            return None
+    elif transactional_id.startswith(prefix + "-"):
+        rest = transactional_id[len(prefix) + 1:]
+    else:
         return None
-    rest = transactional_id[len(head):].split("-")
-    if len(rest) != 2 or not all(part.isdigit() for part in rest):
+    fields = rest.split("-")
+    if len(fields) != 2 or not all(part.isdigit() for part in fields):
         return None
-    return TransactionalId(prefix, int(rest[0]), int(rest[1]))
+    return TransactionalId(prefix, family, int(fields[0]), int(fields[1]))
 
 
-def lower_attempts(prefix: str, partition: int, attempt: int) -> list[str]:
-    """Ids of the attempts of ``partition`` that came before ``attempt``."""
-    return [build(prefix, partition, a) for a in range(int(attempt))]
+def lower_attempts(prefix: str, partition: int, attempt: int, family: str = "") -> list[str]:
+    """Ids of the attempts of ``partition`` (in ``family``) that came before ``attempt``."""
+    return [build(prefix, partition, a, family) for a in range(int(attempt))]
 
 
-def pattern(prefix: str) -> str:
-    """A regular expression matching exactly the ids of ``prefix`` (ListTransactions filter)."""
-    return "^" + re.escape(prefix) + r"-[0-9]+-[0-9]+$"
+def pattern(prefix: str, families: str = "") -> str:
+    """A regular expression matching the ids of ``prefix`` in the families ``families``
+    selects (:func:`~kafka_eos_ds.twophase.identity.matches`): the ListTransactions filter."""
+    head = re.escape(prefix)
+    if families.endswith("*"):
+        head += ":" + re.escape(families[:-1]) + "[0-9a-f]*"
+    elif families:
+        head += ":" + re.escape(families)
+    return "^" + head + r"-[0-9]+-[0-9]+$"
 
 
-def decision_writer(prefix: str) -> str:
-    """The transactional id of the sink's commit-log writer, ``{prefix}.decisions``.
+def any_family(prefix: str) -> str:
+    """A regular expression matching every id of ``prefix``, in any family."""
+    return "^" + re.escape(prefix) + r"(:[a-z][0-9a-f]*)?-[0-9]+-[0-9]+$"
 
-    One per sink, so a new driver's writer fences a stalled one. It never parses as a
-    task's id nor matches :func:`pattern`: a '.' follows the prefix, not '-'.
-    """
-    return f"{prefix}.decisions"
+
+def in_families(prefix: str, transactional_id: str, families: str) -> bool:
+    """Whether ``transactional_id`` is one of ``prefix``'s ids in the selected families."""
+    parsed = parse(prefix, transactional_id)
+    return parsed is not None and matches(families, parsed.family)
+
+
+def decision_writer(prefix: str, writer: str = "") -> str:
+    """The transactional id of a writer's commit-log producer: ``{prefix}.decisions`` for a
+    stream's own sink, ``{prefix}:{writer}.decisions`` for the others.
+
+    One per writer, so a new driver's producer fences a stalled one of the same writer
+    and no other. It never parses as a task's id nor matches :func:`pattern` (a '.'
+    follows the prefix or family, not '-')."""
+    return f"{prefix}:{writer}.decisions" if writer else f"{prefix}.decisions"

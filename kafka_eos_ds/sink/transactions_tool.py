@@ -21,6 +21,7 @@ class SinkTransaction:
     """One transactional id of a sink as the coordinator sees it."""
 
     transactional_id: str
+    family: str  # '' for a stream's own sink; a job's, a foreachBatch run's or an app's otherwise
     partition: int
     attempt: int
     producer_id: int
@@ -51,13 +52,13 @@ def abort_transactions(conf: Mapping[str, Any], prefix: str,
 
 def _list(coordinator: TransactionCoordinator, prefix: str, open_only: bool) -> list[SinkTransaction]:
     out = []
-    for tid, _pid, _state in coordinator.list_transactions(transactional_ids.pattern(prefix), open_only=open_only):
+    for tid, _pid, _state in coordinator.list_transactions(transactional_ids.any_family(prefix), open_only=open_only):
         parsed = transactional_ids.parse(prefix, tid)
         if parsed is None:
             continue
         desc = coordinator.describe(tid)
         if desc is None:
             continue
-        out.append(SinkTransaction(tid, parsed.partition, parsed.attempt, desc.producer_id, desc.producer_epoch,
-                                   desc.state, desc.start_time_ms))
-    return sorted(out, key=lambda t: (t.partition, t.attempt))
+        out.append(SinkTransaction(tid, parsed.family, parsed.partition, parsed.attempt, desc.producer_id,
+                                   desc.producer_epoch, desc.state, desc.start_time_ms))
+    return sorted(out, key=lambda t: (t.family, t.partition, t.attempt))

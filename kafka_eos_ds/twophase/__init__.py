@@ -1,13 +1,15 @@
 """A sink-agnostic two-phase-commit protocol (no Kafka in here).
 
 :mod:`.protocol` names the parts (Participant, Decision, DoneMark) and the ports a sink
-implements; :mod:`.recovery` is the pure policy; :mod:`.committer` runs it on the
-driver; :mod:`.task` runs a task's side; :mod:`.spark` is what both need from Spark;
-:mod:`.faults` is the crash-test hook. The Kafka sink (:mod:`kafka_eos_ds.sink`) and
-the file sink (:mod:`kafka_eos_ds.filesink`) implement it.
+implements; :mod:`.identity` says which write a task belongs to; :mod:`.recovery` is the
+pure policy; :mod:`.committer` runs it on the driver; :mod:`.task` runs a task's side;
+:mod:`.writers` are Spark's writers, composed with a sink's steps; :mod:`.faults` is
+the crash-test hook. The Kafka sink (:mod:`kafka_eos_ds.sink`) and the file sink
+(:mod:`kafka_eos_ds.filesink`) implement it.
 """
 
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import (
     ABANDONED,
     DECIDED,
@@ -27,6 +29,6 @@ from kafka_eos_ds.twophase.recovery import RecoveryContext, RecoveryPlan, plan_a
 
 __all__ = [
     "ABANDONED", "DECIDED", "DONE", "CommitMessage", "Decision", "DecisionLog", "DecisionState", "DoneMark",
-    "Outcome", "Participant", "Participants", "ProgressStore", "TaskTransaction", "TwoPhaseCommitter",
-    "RecoveryContext", "RecoveryPlan", "plan_abort", "plan_commit", "plan_recovery",
+    "Kind", "Outcome", "Participant", "Participants", "ProgressStore", "TaskTransaction", "TwoPhaseCommitter",
+    "RecoveryContext", "RecoveryPlan", "WriteId", "WriteSpec", "plan_abort", "plan_commit", "plan_recovery",
 ]

@@ -5,8 +5,9 @@
 place that orders the steps, so every sink built on it gets the same guarantees:
 
 * the decision is durable before the first participant is committed;
-* ``commit`` is idempotent per (query, batch); ``abort`` never touches a decided batch;
-* recovery commits what was decided and fences everything else the sink left open;
+* ``commit`` is idempotent per write (:mod:`.identity`); ``abort`` never touches a
+  decided write;
+* recovery commits what was decided and fences everything else the writer left open;
 * a decided participant that turns out aborted fails loudly (TransactionLostError).
 
 It calls only the ports declared in :mod:`.protocol`; nothing here knows Kafka.
@@ -21,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError
 from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.twophase.identity import Kind, WriteId
 from kafka_eos_ds.twophase.protocol import (
     ABANDONED,
     DONE,
@@ -32,16 +34,26 @@ from kafka_eos_ds.twophase.protocol import (
     Participants,
     ProgressStore,
 )
-from kafka_eos_ds.twophase.recovery import RecoveryContext, plan_abort, plan_commit, plan_recovery
+from kafka_eos_ds.twophase.recovery import (
+    RecoveryContext,
+    plan_abort,
+    plan_recovery,
+    plan_write,
+    stream_target,
+)
+from kafka_eos_ds.twophase.retrying import retrying
 
 log = logging.getLogger(__name__)
 
 _FINISHES = "The commit decision is stored; restarting the query finishes the commit."
 _RESTART = "Nothing was decided by this step; restarting the query runs it again."
+_JOB_DECIDED = ("The job's output is decided: its rows become visible once the rest is committed, which the next "
+                "write with the same 'transactionalIdPrefix' does first. Running this job again writes its rows a "
+                "second time; give the job 'txnAppId' and 'txnVersion' to make a re-run add nothing.")
 
 
 class TwoPhaseCommitter:
-    """Drives decide -> commit -> done for one sink.
+    """Drives decide -> commit -> done for the writers of one sink.
 
     Parameters
     ----------
@@ -53,21 +65,27 @@ class TwoPhaseCommitter:
         Stores what a batch consumed with its first participant; needed only by sinks
         whose ``commit`` is given ``progress``.
     commit_timeout_s : float
-        How long to keep retrying a participant whose outcome is not known yet before
-        failing the batch (the decision stays; a restart finishes it).
+        How long to keep retrying a step whose outcome is not known yet before failing
+        it (a decision stays; a restart finishes it).
     parallelism : int
         Participants committed concurrently.
     abort_grace_s : float
         How long ``abort`` keeps sweeping for transactions opened by tasks that were
-        still running when the batch was aborted.
+        still running when the write was aborted.
     time_needed_s : float
         How long each participant must still have before a timeout may abort it for the
-        batch to be decided (the time to commit them all, with room to spare).
+        write to be decided (the time to commit them all, with room to spare).
+    streams_share_ids : bool
+        Whether every stream on the sink uses the same participant ids (the Kafka sink's
+        ``{prefix}-{partition}-{attempt}``): then another stream's decision is either the
+        query this one replaces or a conflict (:func:`~.recovery.stream_target`). A sink
+        whose streams stage apart (the file sink) gives False.
     """
 
     def __init__(self, decisions: DecisionLog, participants: Participants, *,
                  progress_store: Optional[ProgressStore] = None, commit_timeout_s: float = 120.0,
                  parallelism: int = 8, abort_grace_s: float = 3.0, time_needed_s: float = 15.0,
+                 streams_share_ids: bool = True,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions
         self.participants = participants
@@ -76,25 +94,97 @@ class TwoPhaseCommitter:
         self.parallelism = max(1, parallelism)
         self.abort_grace_s = abort_grace_s
         self.time_needed_s = time_needed_s
+        self.streams_share_ids = streams_share_ids
         self._sleep = sleep
         self._clock = clock
 
-    # -- driver entry points ------------------------------------------------
+    # -- before the tasks (the planner) ------------------------------------------
 
-    def commit(self, query_id: str, batch_id: int, messages: Iterable[Optional[Participant]],
+    def recover(self, write: WriteId, known_query: bool = True) -> DoneMark:
+        """Finish the writer's unfinished decision, fence its other open ids; return the
+        done mark its tasks get. Only for writers whose tasks re-open the ids of earlier
+        runs (:attr:`~.identity.WriteId.recovers_before_tasks`). For a stream,
+        ``known_query`` False (its id could not be read from the checkpoint) acts on the
+        sink's latest stream decision, whoever's."""
+        assert write.recovers_before_tasks, write
+        own = self._read(lambda: self.decisions.latest(write.key))
+        target = own
+        if write.kind is Kind.STREAM and self.streams_share_ids:
+            latest = self._read(lambda: self.decisions.latest_of(Kind.STREAM.value))
+            target = stream_target(own, latest, write.app) if known_query else latest
+        faults.check("driver-after-reading-decision")
+        if known_query and target is not None and target is not own and target.progress is not None \
+                and target.state == DONE:
+            self._check_resumable(target)
+        open_ids = self._open_ids(write)
+        plan = plan_recovery(RecoveryContext(target, open_ids, write.app if known_query else None))
+        if plan.only_if_started and plan.finish is not None and not self._started(plan.finish):
+            log.warning("abandoning batch %s of query %s: its checkpoint is gone and none of it was committed; "
+                        "this query re-reads its input", plan.finish.batch_id, plan.finish.query_id)
+            # Recorded first: fenced first, a crash in between would leave a decision whose
+            # start can no longer be told (its first transaction's epoch moved on).
+            abandoned = plan.finish.with_state(ABANDONED)
+            self._retrying(lambda: self.decisions.write(_key_of(write, abandoned), abandoned),
+                           "Could not record the abandoned batch", then=_RESTART)
+            self._fence(sorted({p.id for p in plan.finish.participants} | set(plan.fence)))
+            return DoneMark()
+        if plan.finish is not None:
+            log.warning("finishing the commit of batch %s of query %s after a restart",
+                        plan.finish.batch_id, plan.finish.query_id)
+            self._finish(_key_of(write, plan.finish), plan.finish)
+        if plan.fence:
+            log.warning("aborting %d leftover transaction(s): %s", len(plan.fence), ", ".join(plan.fence))
+        self._fence(plan.fence)
+        return plan.mark
+
+    def _finish_jobs(self) -> None:
+        """Finish what other batch jobs on this sink decided but did not end (a driver that
+        died during its commit): decided is committed, whoever finishes it. A job's ids are
+        its own (never re-opened by another job), so this is clean-up, not a precondition:
+        it runs at a job's commit, where the write is known to be a job."""
+        for key, decision in self._read(lambda: self.decisions.unfinished(Kind.JOB.value)):
+            log.warning("finishing the commit of batch job %s, which stopped after its decision", decision.query_id)
+            try:
+                self._commit_all(decision)
+            finally:
+                # A job never re-runs under its id: its record is of no more use, even lost.
+                self._forget(key)
+
+    # -- after the tasks ----------------------------------------------------------
+
+    def commit(self, write: WriteId, messages: Iterable[Optional[Participant]],
                progress: Optional[Mapping[str, Any]] = None) -> None:
-        """Commit a batch; ``progress`` (what it consumed) commits with its first participant."""
+        """Commit a write; ``progress`` (what a stream's batch consumed) commits with its
+        first participant."""
         messages = list(messages)
-        faults.check("driver-before-decision", batch=batch_id)
-        plan = plan_commit(self.decisions.latest(), query_id, batch_id, messages, progress)
+        batch = write.version
+        faults.check("driver-before-decision", batch=batch)
+        own = self._read(lambda: self.decisions.latest(write.key), then=_RESTART)
+        if write.kind is Kind.STREAM and self.streams_share_ids:
+            stream_target(own, self._read(lambda: self.decisions.latest_of(Kind.STREAM.value)), write.app)
+        if write.kind is Kind.JOB:
+            self._finish_jobs()
+        plan = plan_write(own, write, messages, progress)
         if plan.noop:
-            log.info("batch %s of query %s already committed", batch_id, query_id)
+            log.info("batch %s of %s already committed", batch, write.app)
             return
         if plan.earlier is not None:
-            self._finish(plan.earlier)
+            self._finish(write.key, plan.earlier)
         decision = plan.decision
         assert decision is not None
         superseded = sorted({i for p in messages if p is not None for i in self.participants.superseded(p)})
+        if write.kind is Kind.FOREACH:
+            # Runs of the stream before this one: what they left open is not decided (their
+            # unfinished decision was just finished), and would hold back readers.
+            self._fence(sorted(set(self._open_ids(write)) - {p.id for p in decision.participants}
+                               - {p.id for p in messages if p is not None}))
+        if plan.skip:
+            log.info("write %s of batch %s of %s was committed by an earlier run; this one adds nothing",
+                     decision.write, batch, write.app)
+            self._fence(sorted({p.id for p in messages if p is not None and p.records > 0} | set(superseded)))
+            if plan.write_decision:
+                self.decisions.write(write.key, decision)
+            return
         if plan.write_decision and not decision.participants:
             # Nothing to commit (every task was empty or a re-run of a decided batch):
             # no decision to record, only earlier attempts to shut out. The progress has
@@ -102,96 +192,128 @@ class TwoPhaseCommitter:
             self._fence(superseded)
             if progress is not None:
                 store = self._progress_store()
-                self._retrying(lambda: store.carry(progress, None), "Could not store the batch's progress")
+                self._retrying(lambda: store.carry(progress, None), "Could not store the batch's progress",
+                               then=_RESTART)
             # Recorded all the same: a sink whose checkpoint has committed batches always
             # has a decision, so a commit log that lost them is noticed (never guessed).
-            self.decisions.write(decision.with_state(DONE))
+            self.decisions.write(write.key, decision.with_state(DONE))
+            self._forget_job(write)
             return
         if plan.write_decision:
             self._check_fit(decision)
-            self.decisions.write(decision)
-        faults.check("driver-after-decision", batch=batch_id)
-        self._commit_all(decision, batch_id)
-        faults.check("driver-after-all-commits", batch=batch_id)
+            if decision.progress is not None:
+                # Attached before the decision: a failure here refuses the batch undecided
+                # (an unreadable group, a missing ACL), instead of wedging a decided one.
+                self._carry(decision)
+            self.decisions.write(write.key, decision)
+        faults.check("driver-after-decision", batch=batch)
+        try:
+            self._commit_all(decision)
+        except KafkaEosError as exc:
+            if write.kind is Kind.JOB:
+                raise type(exc)(f"{exc} {_JOB_DECIDED}", retriable=False) from exc
+            raise
+        faults.check("driver-after-all-commits", batch=batch)
         if plan.write_decision:
             # Earlier attempts of the winning tasks may still hold open transactions
             # (a failed attempt, a zombie), and so may the losing attempts of speculation
             # (any attempt number); they hold back readers until fenced.
-            self._fence(self._strays(decision, superseded))
-        self.decisions.write(decision.with_state(DONE))
-        faults.check("driver-after-done", batch=batch_id)
+            self._fence(self._strays(write, decision, superseded))
+        self.decisions.write(write.key, decision.with_state(DONE))
+        faults.check("driver-after-done", batch=batch)
+        self._forget_job(write)
 
-    def abort(self, query_id: Optional[str], batch_id: int, messages: Iterable[Optional[Participant]]) -> None:
+    def abort(self, write: Optional[WriteId], messages: Iterable[Optional[Participant]],
+              fallback: Optional[WriteId] = None) -> None:
+        """Fence what an undecided write left open; a decided one is left to recovery.
+        ``write`` None: no task reported; ``fallback`` names the ids its tasks would use."""
         messages = list(messages)
         superseded = [i for p in messages if p is not None for i in self.participants.superseded(p)]
-        latest = self._read_latest()
-        faults.check("driver-after-reading-decision", batch=batch_id)
-        if latest is not None and query_id is not None and latest.same_batch(query_id, batch_id):
-            log.warning("batch %s of query %s was decided; its transactions are left for recovery to finish",
-                        batch_id, query_id)
-        self._fence(plan_abort(latest, query_id, batch_id, messages, superseded, self._open_ids()))
+        owner = write if write is not None else fallback
+        latest = self._read(lambda: self.decisions.latest(write.key)) if write is not None else None
+        batch = write.version if write is not None else None
+        faults.check("driver-after-reading-decision", batch=batch)
+        if latest is not None and write is not None and latest.same_batch(write.app, write.version):
+            log.warning("batch %s of %s was decided; its transactions are left for recovery to finish",
+                        write.version, write.app)
+        app, version = (write.app, write.version) if write is not None else (None, -1)
+        self._fence(plan_abort(latest, app, version, messages, superseded, self._open_ids(owner) if owner else ()))
         # Tasks killed when Spark cancelled the stage may still be finishing their
         # write after this abort started (their Python workers notice late); sweep again
         # for a short while so their transactions do not hold back readers.
         deadline = self._clock() + self.abort_grace_s
         while self._clock() < deadline:
             self._sleep(0.5)
-            self._fence(plan_abort(latest, query_id, batch_id, (), (), self._open_ids()))
-
-    def recover(self, query_id: Optional[str] = None) -> DoneMark:
-        """Finish an unfinished decision, fence every other open id; return the done mark.
-
-        ``query_id``: the recovering query (lets recovery tell a decision of a query whose
-        checkpoint was lost; see :class:`~.recovery.RecoveryPlan`)."""
-        latest = self._read_latest()
-        faults.check("driver-after-reading-decision")
-        open_ids = self._open_ids()
-        plan = plan_recovery(RecoveryContext(latest, open_ids, query_id))
-        if plan.only_if_started and plan.finish is not None and not self._started(plan.finish):
-            log.warning("abandoning batch %s of query %s: its checkpoint is gone and none of it was committed; "
-                        "this query re-reads its input", plan.finish.batch_id, plan.finish.query_id)
-            self._fence(sorted({p.id for p in plan.finish.participants} | set(plan.fence)))
-            abandoned = plan.finish.with_state(ABANDONED)
-            self._retrying(lambda: self.decisions.write(abandoned), "Could not record the abandoned batch",
-                           then=_RESTART)
-            return DoneMark()
-        if plan.finish is not None:
-            log.warning("finishing the commit of batch %s of query %s after a restart",
-                        plan.finish.batch_id, plan.finish.query_id)
-            self._finish(plan.finish)
-        if plan.fence:
-            log.warning("aborting %d leftover transaction(s): %s", len(plan.fence), ", ".join(plan.fence))
-        self._fence(plan.fence)
-        return plan.mark
+            self._fence(plan_abort(latest, app, version, (), (), self._open_ids(owner) if owner else ()))
 
     # -- steps --------------------------------------------------------------
 
     def _check_fit(self, decision: Decision) -> None:
-        """Refuse to decide a batch one of whose participants can no longer commit.
+        """Refuse to decide a write one of whose participants can no longer commit.
 
-        Decided, such a batch would end partly committed (the others commit, that one is
+        Decided, such a write would end partly committed (the others commit, that one is
         lost) and every restart would fail on it; refused, ``abort()`` fences it all and
-        the restarted query runs the batch again."""
-        # Not retried: any error here refuses the batch just the same, before a decision.
-        problem = self.participants.unfit(decision.participants, self.time_needed_s)
+        the restarted query runs the batch again. A transient error asking is retried:
+        only the participants' state refuses."""
+        problem = self._retrying(lambda: self.participants.unfit(decision.participants, self.time_needed_s),
+                                 "Could not check the batch's transactions before its decision", then=_RESTART)
         if problem:
             raise TransactionError(
-                f"Batch {decision.batch_id} of query {decision.query_id} was not committed: {problem} "
+                f"Batch {decision.batch_id} of {decision.query_id} was not committed: {problem} "
                 "Nothing of the batch is visible; restarting the query runs it again.", retriable=True)
 
-    def _strays(self, decision: Decision, superseded: Sequence[str]) -> list[str]:
+    def _strays(self, write: WriteId, decision: Decision, superseded: Sequence[str]) -> list[str]:
         """What to fence once ``decision`` is committed: the superseded ids, and every other
-        id of the sink still open. Only the batch just committed can be decided and
+        id of the writer still open. Only the write just committed can be decided and
         unfinished here (an earlier decision was finished first), and its participants
         are committing, not open; so nothing that belongs to a decision is fenced."""
         decided = {p.id for p in decision.participants}
-        still_open = self._retrying(lambda: list(self.participants.open_ids()), "Could not list the open participants")
+        still_open = self._open_ids(write)
         return sorted((set(superseded) | set(still_open)) - decided)
 
-    def _finish(self, decision: Decision) -> None:
-        self._commit_all(decision, decision.batch_id)
+    def _finish(self, key: str, decision: Decision) -> None:
+        if decision.progress is not None:
+            # A decision recorded before its progress was attached (or whose attachment
+            # this is the retry of): a no-op once the first participant has committed.
+            self._carry(decision)
+        self._commit_all(decision)
         done = decision.with_state(DONE)
-        self._retrying(lambda: self.decisions.write(done), f"Could not record batch {decision.batch_id} done")
+        self._retrying(lambda: self.decisions.write(key, done), f"Could not record batch {decision.batch_id} done")
+
+    def _carry(self, decision: Decision) -> None:
+        first, progress = decision.participants[0], decision.progress
+        assert progress is not None
+        store = self._progress_store()
+        self._retrying(lambda: store.carry(progress, first), f"Could not attach the batch's progress to {first.id}",
+                       then=_RESTART)
+        faults.check("driver-after-progress", batch=decision.batch_id)
+
+    def _forget_job(self, write: WriteId) -> None:
+        """Drop a finished job's record: best effort (the job is committed either way, and
+        a done record is only a little more for the commit log to keep)."""
+        if write.kind is Kind.JOB:
+            try:
+                self._forget(write.key)
+            except KafkaEosError as exc:
+                log.warning("job %s is committed, but its record could not be dropped: %s", write.app, exc)
+
+    def _forget(self, key: str) -> None:
+        self._retrying(lambda: self.decisions.forget(key), f"Could not record {key} done", then=_RESTART)
+
+    def _check_resumable(self, decision: Decision) -> None:
+        """A query replacing one whose checkpoint was lost starts where the progress store
+        says the output ends; if the store lost it (a consumer group whose offsets expired),
+        the new query re-reads input that is already in the output: stop before writing."""
+        progress = decision.progress
+        assert progress is not None
+        store = self._progress_store()
+        problem = self._retrying(lambda: store.resumes_before(progress), "Could not read where the output ends",
+                                 then=_RESTART)
+        if problem:
+            raise TransactionError(
+                f"Query {decision.query_id} wrote up to batch {decision.batch_id} with this sink; this query replaces "
+                f"it but cannot start where its output ends: {problem.replace('{batch}', str(decision.batch_id))}",
+                retriable=False)
 
     def _started(self, decision: Decision) -> bool:
         """Whether the first participant (which carries the progress) committed: asked of
@@ -210,73 +332,47 @@ class TwoPhaseCommitter:
                 retriable=False)
         return bool(started)
 
-    def _read_latest(self) -> Optional[Decision]:
-        return self._retrying(self.decisions.latest, "Could not read the sink's latest decision", then=_RESTART)
+    def _read(self, call: Callable[[], Any], then: str = _RESTART) -> Any:
+        return self._retrying(call, "Could not read the sink's decisions", then=then)
 
-    def _open_ids(self) -> Sequence[str]:
-        return self._retrying(self.participants.open_ids, "Could not list the sink's open transactions",
-                              then=_RESTART)
+    def _open_ids(self, write: WriteId) -> Sequence[str]:
+        return self._retrying(lambda: self.participants.open_ids(write),
+                              "Could not list the sink's open transactions", then=_RESTART)
 
     def _fence_one(self, participant_id: str) -> None:
         self._retrying(lambda: self.participants.fence(participant_id), f"Could not abort {participant_id}",
                        then=_RESTART)
 
-    def _commit_all(self, decision: Decision, batch_id: int) -> None:
+    def _commit_all(self, decision: Decision) -> None:
         parts = list(decision.participants)
         if not parts:
             return
         first, rest = parts[0], parts[1:]
-        progress = decision.progress
-        if progress is not None:
-            # The batch's progress rides in the first participant, so the two become
-            # visible together; a no-op when that participant already committed.
-            store = self._progress_store()
-            self._retrying(lambda: store.carry(progress, first), f"Could not attach the batch's progress to {first.id}")
-            faults.check("driver-after-progress", batch=batch_id)
         # The first one alone, so a crash test can stop between "some" and "all".
         outcomes = [(first, self._commit_one(first))]
-        faults.check("driver-after-first-commit", batch=batch_id)
-        faults.check("commit-raise", batch=batch_id)
+        faults.check("driver-after-first-commit", batch=decision.batch_id)
+        faults.check("commit-raise", batch=decision.batch_id)
         if rest:
             with ThreadPoolExecutor(min(self.parallelism, len(rest))) as pool:
                 outcomes += list(zip(rest, pool.map(self._commit_one, rest), strict=True))
         lost = [p for p, outcome in outcomes if outcome is Outcome.LOST]
         if lost:
             raise TransactionLostError(
-                f"Batch {decision.batch_id} of query {decision.query_id} was decided but "
+                f"Batch {decision.batch_id} of {decision.query_id} was decided but "
                 f"{len(lost)} of its {len(parts)} transaction(s) were aborted instead of committed "
                 f"({', '.join(p.id for p in lost)}); their records are not in the output. "
                 + self.participants.lost_message(lost)
             )
 
     def _commit_one(self, participant: Participant) -> Outcome:
-        return self._retrying(lambda: self.participants.commit(participant),
-                              f"Could not learn the outcome of committing {participant.id}", again=Outcome.RETRY)
+        outcome: Outcome = self._retrying(lambda: self.participants.commit(participant),
+                                          f"Could not learn the outcome of committing {participant.id}",
+                                          again=Outcome.RETRY)
+        return outcome
 
     def _retrying(self, call: Callable[[], Any], failure: str, *, again: Any = None, then: str = _FINISHES) -> Any:
-        """``call()`` until it answers something other than ``again``, retrying retriable
-        errors, with backoff, for commit_timeout_s; then a retriable TransactionError that
-        starts with ``failure``. A non-retriable error is raised as it is."""
-        deadline = self._clock() + self.commit_timeout_s
-        delay = 0.05
-        last: Optional[BaseException] = None
-        while True:
-            try:
-                answer = call()
-                if again is None or answer is not again:
-                    return answer
-            except KafkaEosError as exc:
-                if not exc.retriable:
-                    raise
-                if last is None:  # once per step: a restarting broker answers so for seconds
-                    log.warning("%s yet (%s); retrying for up to %.0fs", failure, exc, deadline - self._clock())
-                last = exc
-            if self._clock() >= deadline:
-                raise TransactionError(
-                    f"{failure} within {self.commit_timeout_s:.0f}s (last error: {last}). {then}",
-                    retriable=True) from last
-            self._sleep(delay)
-            delay = min(delay * 2, 2.0)
+        return retrying(call, failure, self.commit_timeout_s, again=again, then=then, sleep=self._sleep,
+                        clock=self._clock)
 
     def _progress_store(self) -> ProgressStore:
         if self.progress_store is None:
@@ -288,3 +384,11 @@ class TwoPhaseCommitter:
             return
         with ThreadPoolExecutor(min(self.parallelism, len(ids))) as pool:
             list(pool.map(self._fence_one, ids))
+
+
+def _key_of(write: WriteId, decision: Decision) -> str:
+    """The writer key of ``decision`` as found by ``write``'s recovery: a stream may find
+    (and finish, or abandon) the decision of the query it replaces."""
+    if write.kind is Kind.STREAM:
+        return f"{Kind.STREAM.value}:{decision.query_id}"
+    return write.key

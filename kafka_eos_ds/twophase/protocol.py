@@ -25,8 +25,11 @@ Life cycle of a batch::
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.twophase.identity import WriteId
 
 
 class DecisionState(str, enum.Enum):
@@ -78,11 +81,15 @@ class Participant:
 
 @dataclass(frozen=True)
 class Decision:
-    """The durable record of one batch's outcome: ``decided`` (commit them all), ``done``,
-    or ``abandoned``.
+    """The durable record of one write's outcome: ``decided`` (commit them all), ``done``,
+    or ``abandoned``; one latest record per writer (see :mod:`.identity`).
 
-    ``progress`` (optional, JSON) is what the batch consumed, committed atomically with
-    its first participant (the Kafka sink: the source group's end offsets).
+    ``query_id``/``batch_id`` are the writer's app id and the write's version (a stream's
+    query id and micro-batch id). ``progress`` (optional, JSON) is what the batch consumed,
+    committed atomically with its first participant (the Kafka sink: the source group's
+    end offsets). For writes inside ``foreachBatch``: ``write`` is the write's ordinal
+    within its micro-batch, ``run`` the stream run that made it, and ``writes`` how many
+    writes of that micro-batch are committed over all runs (a re-run skips that many).
     """
 
     query_id: str
@@ -90,25 +97,30 @@ class Decision:
     state: DecisionState
     participants: tuple[Participant, ...] = ()
     progress: Optional[Mapping[str, Any]] = None
+    write: int = 0
+    run: Optional[str] = None
+    writes: int = 1
 
     def same_batch(self, query_id: str, batch_id: int) -> bool:
         return self.query_id == query_id and self.batch_id == int(batch_id)
 
     def with_state(self, state: DecisionState) -> "Decision":
-        return Decision(self.query_id, self.batch_id, state, self.participants, self.progress)
+        return replace(self, state=state)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"queryId": self.query_id, "batchId": self.batch_id, "state": self.state.value,
-               "transactions": [p.to_json() for p in self.participants]}
+                               "transactions": [p.to_json() for p in self.participants]}
         if self.progress is not None:
             out["progress"] = dict(self.progress)
+        if self.run is not None:
+            out.update({"write": self.write, "run": self.run, "writes": self.writes})
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Decision":
         return cls(str(data["queryId"]), int(data["batchId"]), DecisionState(str(data["state"])),
                    tuple(Participant.from_json(p) for p in data.get("transactions") or ()),
-                   data.get("progress"))
+                   data.get("progress"), int(data.get("write", 0)), data.get("run"), int(data.get("writes", 1)))
 
 
 @dataclass(frozen=True)
@@ -136,13 +148,27 @@ class Outcome(enum.Enum):
 
 
 class DecisionLog(Protocol):
-    """Where a sink's decisions are kept (Kafka: a compacted topic; files: decision.json)."""
+    """Where a sink's decisions are kept, one latest decision per writer key (Kafka: a
+    compacted topic; files: a JSON file per writer). Keys are ``"<kind>:<app>"``
+    (:attr:`.identity.WriteId.key`)."""
 
-    def latest(self) -> Optional[Decision]:
-        """The most recent decision of this sink, or None if there never was one."""
+    def latest(self, key: str) -> Optional[Decision]:
+        """The most recent decision of writer ``key``, or None if it never decided."""
 
-    def write(self, decision: Decision) -> None:
-        """Store ``decision`` durably; returns only once a restarted query would read it."""
+    def latest_of(self, kind: str) -> Optional[Decision]:
+        """The most recent decision of any writer of ``kind`` on this sink (for a stream:
+        which query wrote last with this sink's ids), or None."""
+
+    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+        """``(key, decision)`` of every writer of ``kind`` whose latest decision is still
+        ``decided`` (a job that stopped between its decision and its end)."""
+
+    def write(self, key: str, decision: Decision) -> None:
+        """Store ``decision`` as writer ``key``'s latest, durably; returns only once a
+        restarted query would read it."""
+
+    def forget(self, key: str) -> None:
+        """Drop writer ``key``'s record (a finished job: nothing will ever ask for it)."""
 
 
 class Participants(Protocol):
@@ -150,9 +176,6 @@ class Participants(Protocol):
 
     def commit(self, participant: Participant) -> Outcome:
         """Commit one pre-committed participant (idempotent: committed twice is COMMITTED)."""
-
-    def committed(self, participant: Participant) -> bool:
-        """Whether ``participant`` is committed (or certain to be)."""
 
     def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
         """Why some of ``participants`` cannot be committed any more, or None when all can.
@@ -168,8 +191,9 @@ class Participants(Protocol):
     def superseded(self, participant: Participant) -> Sequence[str]:
         """Ids of earlier attempts that ``participant``'s task replaced (fenced at commit)."""
 
-    def open_ids(self) -> Sequence[str]:
-        """Ids of this sink that hold open (uncommitted, unaborted) work right now."""
+    def open_ids(self, write: "WriteId") -> Sequence[str]:
+        """Ids of ``write``'s writer that hold open (uncommitted, unaborted) work right now
+        (for a write inside foreachBatch: of every run of its stream)."""
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
         """Why decided participants can be lost and which settings to check (for the error)."""
@@ -189,6 +213,11 @@ class ProgressStore(Protocol):
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         """Why :meth:`started` could not tell, and what the operator can do (for the error)."""
 
+    def resumes_before(self, progress: Mapping[str, Any]) -> Optional[str]:
+        """Why a new query reading from where the stored progress says would re-read what
+        ``progress`` says is already in the output (the progress is gone: expired), or
+        None. ``{batch}`` in the answer is replaced by the batch."""
+
 
 class TaskTransaction(Protocol):
     """The executor side of a sink: one task attempt's work, run by :func:`~.task.run_task`."""
@@ -207,8 +236,8 @@ class CommitMessage(Protocol):
     """What a task returns to Spark (a ``WriterCommitMessage``) for the driver's commit."""
 
     @property
-    def query_id(self) -> Optional[str]:
-        """The streaming query's id (or the batch write's id) the task ran for."""
+    def write(self) -> "WriteId":
+        """The write the task ran for (:mod:`.identity`): the driver commits under it."""
 
     def participant(self) -> Participant:
         """The task's pre-committed work (``records`` 0: nothing to commit)."""

@@ -1,7 +1,7 @@
 """The recovery and commit policy: pure decisions, no I/O.
 
-Every function takes what the driver knows (the latest decision, the ids still open,
-the batch at hand) and returns what to do. The I/O lives in :mod:`.committer`.
+Every function takes what the driver knows (the writer's latest decision, the ids still
+open, the write at hand) and returns what to do. The I/O lives in :mod:`.committer`.
 """
 
 from __future__ import annotations
@@ -10,13 +10,15 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.twophase.identity import Kind, WriteId
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, DoneMark, Participant
 
 
 @dataclass(frozen=True)
 class RecoveryContext:
-    """What recovery knows: the sink's latest decision, the ids it still has open, and
-    the id of the query recovering (None if unknown)."""
+    """What recovery knows: the decision to act on (the writer's latest, or for a stream
+    that takes over a sink the latest of the query that wrote before it), the ids still
+    open in the writer's families, and the id of the query recovering (None if unknown)."""
 
     latest: Optional[Decision]
     open_ids: Sequence[str] = ()
@@ -42,7 +44,7 @@ class RecoveryPlan:
 
 
 def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
-    """Finish an unfinished decision; abort every other open id of the sink.
+    """Finish an unfinished decision; abort every other open id of the writer.
 
     An id that is part of the unfinished decision is never fenced: fencing it would
     abort a transaction the driver promised to commit.
@@ -59,15 +61,38 @@ def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
     return RecoveryPlan(finish, fence, mark, only_if_started=foreign)
 
 
+def stream_target(own: Optional[Decision], sink_latest: Optional[Decision], query_id: str) -> Optional[Decision]:
+    """The decision a stream's recovery acts on: its own latest, or — for a query that has
+    never decided on this sink — the latest of the query that wrote before it (a query
+    whose checkpoint was lost and that this one replaces).
+
+    Two streams on one ``transactionalIdPrefix`` share its transactional ids and would
+    abort each other's work; a stream that decided before and finds another query's
+    decision after its own therefore stops (TransactionError, not retriable) before any
+    task writes, naming both."""
+    if sink_latest is None or sink_latest.query_id == query_id:
+        return own
+    if own is not None:
+        raise TransactionError(
+            f"Query {query_id} and query {sink_latest.query_id} both write with this sink's transactional ids "
+            f"(the latter decided batch {sink_latest.batch_id} after this query's batch {own.batch_id}): two "
+            "queries must not share a 'transactionalIdPrefix'. Stop one of them, or give it its own prefix.",
+            retriable=False)
+    return sink_latest
+
+
 @dataclass(frozen=True)
 class CommitPlan:
-    """What ``commit(messages, batch)`` does: ``noop``, or commit ``decision``'s participants
-    (after first finishing ``earlier``, an unfinished decision of another batch)."""
+    """What committing a write does: ``noop``; or commit ``decision``'s participants (after
+    first finishing ``earlier``, an unfinished decision of this writer); ``skip``: the
+    write was already committed by an earlier run, so its participants are aborted and
+    ``decision`` (with no participants) only records that this run got past it."""
 
     noop: bool
     decision: Optional[Decision] = None
     earlier: Optional[Decision] = None
     write_decision: bool = True
+    skip: bool = False
 
 
 def to_commit(participants: Iterable[Optional[Participant]]) -> tuple[Participant, ...]:
@@ -79,8 +104,9 @@ def to_commit(participants: Iterable[Optional[Participant]]) -> tuple[Participan
 def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
                 participants: Iterable[Optional[Participant]],
                 progress: Optional[Mapping[str, Any]] = None) -> CommitPlan:
-    """Idempotent per batch: a batch already done is a no-op; a batch already decided is
-    finished with the participants *recorded* in its decision, never with new ones.
+    """A stream's micro-batch. Idempotent per batch: a batch already done is a no-op; a
+    batch already decided is finished with the participants *recorded* in its decision,
+    never with new ones.
 
     A batch older than the query's latest decision is refused (TransactionError, not
     retriable): only a driver that fell behind (a zombie resuming an old commit) gets
@@ -102,12 +128,69 @@ def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
     return CommitPlan(noop=False, decision=decision, earlier=earlier)
 
 
+def plan_write(own: Optional[Decision], write: WriteId, participants: Iterable[Optional[Participant]],
+               progress: Optional[Mapping[str, Any]] = None) -> CommitPlan:
+    """Any write: dispatch on its kind (:mod:`.identity`)."""
+    if write.kind is Kind.STREAM:
+        return plan_commit(own, write.app, write.version, participants, progress)
+    parts = to_commit(participants)
+    earlier = own if own is not None and own.state == DECIDED else None
+    if write.kind is Kind.APP:
+        return _plan_app(own, earlier, write, parts)
+    if write.kind is Kind.FOREACH:
+        return _plan_foreach(own, earlier, write, parts)
+    # A job: its own writer, decided once.
+    return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
+
+
+def _plan_app(own: Optional[Decision], earlier: Optional[Decision], write: WriteId,
+              parts: tuple[Participant, ...]) -> CommitPlan:
+    """``txnAppId``/``txnVersion``, as Delta Lake reads them: a version at or below the
+    app's latest is already written, and the write adds nothing (its tasks' work, if they
+    wrote any, is aborted). A decided, unfinished write of the same version is finished
+    with its recorded participants."""
+    if own is not None and write.version <= own.batch_id:
+        if own.state == DECIDED and own.batch_id == write.version:
+            return CommitPlan(noop=False, decision=own, write_decision=False)
+        return CommitPlan(noop=False, decision=Decision(write.app, write.version, DONE), earlier=earlier,
+                          write_decision=False, skip=True)
+    return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
+
+
+def _plan_foreach(own: Optional[Decision], earlier: Optional[Decision], write: WriteId,
+                  parts: tuple[Participant, ...]) -> CommitPlan:
+    """A ``df.write`` inside ``foreachBatch``: the k-th write of micro-batch N in this run.
+
+    The function of a micro-batch runs its writes one after the other, in the same order
+    when Spark runs the micro-batch again after a restart. So: the first write of N in a
+    run is ordinal 0, each next one in the same run the ordinal after the writer's latest;
+    ``writes`` counts the writes of N committed over all runs, and a write whose ordinal is
+    below it was committed by an earlier run: it adds nothing (its transactions are
+    aborted). An earlier micro-batch than the latest decided one is refused, as for a
+    stream (only a driver that fell behind gets there)."""
+    n, run = write.version, write.run
+    if own is not None and n < own.batch_id:
+        raise TransactionError(
+            f"Refusing a write of micro-batch {n} of query {write.app} inside foreachBatch: micro-batch "
+            f"{own.batch_id} already wrote. Another driver of this query has moved past it; this one must stop.")
+    if own is None or n > own.batch_id:
+        ordinal, committed = 0, 0
+    else:
+        ordinal = own.write + 1 if own.run == run else 0
+        committed = own.writes
+    if ordinal < committed:
+        done = Decision(write.app, n, DONE, (), write=ordinal, run=run, writes=committed)
+        return CommitPlan(noop=False, decision=done, earlier=earlier, skip=True)
+    decided = Decision(write.app, n, DECIDED, parts, write=ordinal, run=run, writes=ordinal + 1)
+    return CommitPlan(noop=False, decision=decided, earlier=earlier)
+
+
 def plan_abort(latest: Optional[Decision], query_id: Optional[str], batch_id: int,
                participants: Iterable[Optional[Participant]], superseded: Iterable[str] = (),
                open_ids: Iterable[str] = ()) -> tuple[str, ...]:
-    """Ids to fence when Spark aborts a batch.
+    """Ids to fence when Spark aborts a write.
 
-    A decided batch is left alone (recovery finishes it). Everything else the sink has
+    A decided write is left alone (recovery finishes it). Everything else the writer has
     open is fenced: the messages' participants, the attempts they superseded, and any
     other open id (a task killed mid-write when its stage was cancelled reports no
     message) — except the participants of an unfinished decision.

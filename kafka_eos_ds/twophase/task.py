@@ -3,29 +3,31 @@ for every sink."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DoneMark, TaskTransaction
-from kafka_eos_ds.twophase.spark import TaskIdentity
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.twophase.writers import Task
 
 
-def already_decided(mark: DoneMark, task: TaskIdentity, items: Iterable[Any]) -> bool:
-    """True (having drained ``items``) when the task's batch was decided before a restart:
+def already_decided(mark: DoneMark, task: "Task", items: Iterable[Any]) -> bool:
+    """True (having drained ``items``) when the task's write was decided before a restart:
     its output is already there, and the task must write nothing."""
-    if not mark.covers(task.query, task.batch):
+    if not mark.covers(task.write.app, task.write.version):
         return False
     for _ in items:
         pass
     return True
 
 
-def run_task(txn: TaskTransaction, items: Iterable[Any], task: TaskIdentity) -> int:
+def run_task(txn: TaskTransaction, items: Iterable[Any], task: "Task") -> int:
     """Write ``items``, pre-commit if anything was written; abort on any failure.
 
     Returns the number of records written (0: nothing to commit, nothing opened).
     """
-    where = {"batch": task.batch, "partition": task.partition, "attempt": task.attempt}
+    where = {"batch": task.write.version, "partition": task.partition, "attempt": task.attempt}
     try:
         records = txn.write_all(items)
         faults.check("task-before-precommit", **where)

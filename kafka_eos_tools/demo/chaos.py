@@ -97,9 +97,10 @@ def create_topics(bootstrap: str, names: dict[str, int], replication: int) -> No
         future.result(90)
 
 
-def seed_input(bootstrap: str, topic: str, records: int, keys: int = 64) -> None:
+def seed_input(bootstrap: str, topic: str, records: int, keys: int = 64, start: int = 0) -> None:
+    """Records with ids ``start .. start + records - 1`` (see :func:`_produce_ids`)."""
     producer = _input_producer(bootstrap)
-    _produce_ids(producer, topic, range(records), keys)
+    _produce_ids(producer, topic, range(start, start + records), keys)
     if producer.flush(120):
         raise RuntimeError(f"seeding {topic} did not finish")
 

@@ -37,6 +37,9 @@ def build_query(spark, args: argparse.Namespace):
         df = df.repartition(3, "key")
     # The record id is the value's prefix before '|' (digits), so upper() keeps it.
     out = df.selectExpr("key", "upper(cast(value as string)) as value")
+    if args.foreach_batch:
+        return _trigger(out.writeStream.foreachBatch(batch_writes(args)).option("checkpointLocation", args.checkpoint)
+                        .queryName("kafka-eos-demo"), args).start()
     writer = (out.writeStream.format(args.sink_format)
               .option("kafka.bootstrap.servers", args.bootstrap)
               .option("topic", args.output)
@@ -47,11 +50,38 @@ def build_query(spark, args: argparse.Namespace):
     for item in args.sink_option or []:
         key, _, value = item.partition("=")
         writer = writer.option(key, value)
+    return _trigger(writer, args).start()
+
+
+def _trigger(writer, args: argparse.Namespace):
     if args.available_now and available_now_supported():
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
-    return writer.start()
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+
+
+def batch_writes(args: argparse.Namespace):
+    """The foreachBatch function: each micro-batch written with df.write, to OUT with
+    ``kafka_eos`` and (``--file-path``) to a directory with ``kafka_eos_file``: the usual
+    way to fan a stream out to several sinks. With ``--txn-app-id`` each write names its
+    identity explicitly (``txnAppId``/``txnVersion``, as Spark Connect's foreachBatch needs);
+    without, the sinks take it from the stream's micro-batch."""
+
+    def write(df, batch_id: int) -> None:
+        kafka = (df.write.format("kafka_eos").mode("append").option("kafka.bootstrap.servers", args.bootstrap)
+                 .option("topic", args.output).option("transactionalIdPrefix", args.prefix))
+        for item in args.sink_option or []:
+            key, _, value = item.partition("=")
+            kafka = kafka.option(key, value)
+        if args.txn_app_id:
+            kafka = kafka.option("txnAppId", args.txn_app_id).option("txnVersion", batch_id)
+        kafka.save()
+        if args.file_path:
+            files = df.write.format("kafka_eos_file").mode("append").option("path", args.file_path)
+            if args.txn_app_id:
+                files = files.option("txnAppId", args.txn_app_id + "-files").option("txnVersion", batch_id)
+            files.save()
+
+    return write
 
 
 def available_now_supported() -> bool:
@@ -115,6 +145,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="kafka_eos, or kafka for Spark's built-in sink (needs --jars)")
     parser.add_argument("--jars", default=None, help="spark.jars (for the built-in Kafka connector)")
     parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
+    parser.add_argument("--foreach-batch", action="store_true",
+                        help="write each micro-batch with df.write inside foreachBatch")
+    parser.add_argument("--file-path", default=None, help="with --foreach-batch: also write files to this directory")
+    parser.add_argument("--txn-app-id", default=None, help="with --foreach-batch: txnAppId of the writes")
     return parser.parse_args(argv)
 
 

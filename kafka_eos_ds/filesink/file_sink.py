@@ -1,0 +1,92 @@
+"""The file sink's steps, composed into the protocol's writers (:mod:`kafka_eos_ds.twophase.writers`).
+
+:class:`FileSink` wires the sink's two ports — :class:`~.decision_log.FileDecisionLog`
+and :class:`~.participants.FileParticipants` — into a
+:class:`~kafka_eos_ds.twophase.TwoPhaseCommitter`:
+
+* ``prepare`` (planner): the directory can be written; a stream, or an app write
+  (``txnAppId``), finishes what its earlier runs decided and deletes what they staged;
+* ``write`` (executor): :func:`~.task.write_files`;
+* ``commit``/``abort`` (driver): under the identity the tasks reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.participants import FileParticipants
+from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
+from kafka_eos_ds.sink import source_progress
+from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
+from kafka_eos_ds.twophase.protocol import DoneMark, Participant
+from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
+
+
+class FileSink:
+    """One ``format("kafka_eos_file")`` directory's steps; picklable (it travels to the tasks)."""
+
+    message_type = FileCommitMessage
+
+    def __init__(self, config: FileSinkConfig, schema: StructType) -> None:
+        self.config = config
+        self.schema = schema
+
+    def prepare(self, spec: WriteSpec) -> DoneMark:
+        check_writable(self.config.layout)
+        if spec.streaming:
+            checkpoint = source_progress.local_checkpoint(self.config.checkpoint)
+            query = source_progress.query_id(checkpoint) if checkpoint is not None else None
+            if query is None:
+                # Without the query's id its staging cannot be found: its tasks then write
+                # under new names (a re-run of a decided batch is still caught at commit).
+                return DoneMark()
+            return self._committer().recover(WriteId(Kind.STREAM, query, -1))
+        planned = spec.planned()
+        return self._committer().recover(planned) if planned is not None else DoneMark()
+
+    def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
+        return write_files(self.config, task, mark, items, self.schema)
+
+    def commit(self, write: WriteId, participants: Sequence[Optional[Participant]]) -> None:
+        self._committer().commit(write, participants)
+
+    def abort(self, write: Optional[WriteId], participants: Sequence[Optional[Participant]],
+              spec: WriteSpec) -> None:
+        fallback = None if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
+        self._committer().abort(write, participants, fallback)
+
+    def _committer(self) -> TwoPhaseCommitter:
+        layout = self.config.layout
+        # Renames are local and quick: a short grace sweep is enough for tasks still
+        # closing their files when a write is aborted. Streams stage apart (their own
+        # writer directory): several may write one directory.
+        return TwoPhaseCommitter(FileDecisionLog(layout), FileParticipants(layout),
+                                 commit_timeout_s=self.config.commit_timeout_s, abort_grace_s=1.0,
+                                 streams_share_ids=False)
+
+
+def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:
+    """``df.writeStream.format("kafka_eos_file")``: exactly-once files for streaming queries.
+
+    Each task writes one file per batch into ``DIR/_kafka_eos/<writer>/in-progress``,
+    pre-commits it by renaming it to ``.../pending``; the driver stores its decision in
+    ``DIR/_kafka_eos/<writer>/decision.json``, then renames every pending file of the
+    batch to ``DIR/part-<batch>-<partition>-<query>.<ext>``. Options: docs/file-sink.md.
+    """
+    return TwoPhaseStreamWriter(FileSink(FileSinkConfig.from_options(options), schema))
+
+
+def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool) -> TwoPhaseBatchWriter:
+    """``df.write.format("kafka_eos_file").mode("append")``: all files appear at job commit
+    (inside foreachBatch: under the stream's micro-batch, see docs/file-sink.md)."""
+    if overwrite:
+        raise ConfigError("The kafka_eos_file sink only adds files (mode 'append'); mode 'overwrite' is not "
+                          "supported. Write to a new 'path' or empty the directory first.")
+    return TwoPhaseBatchWriter(FileSink(FileSinkConfig.from_options(options), schema), options)

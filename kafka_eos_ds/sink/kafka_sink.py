@@ -1,0 +1,203 @@
+"""The Kafka sink's steps, composed into the protocol's writers (:mod:`kafka_eos_ds.twophase.writers`).
+
+:class:`KafkaSink` wires the sink's two ports — :class:`~.decision_log.KafkaDecisionLog`
+and :class:`~.participants.KafkaTransactions` — into a
+:class:`~kafka_eos_ds.twophase.TwoPhaseCommitter`, which orders the steps:
+
+* ``prepare`` (planner, before the tasks): the topic exists; a stream, or an app write
+  (``txnAppId``), finishes what its earlier runs decided and fences what they left open;
+* ``write`` (executor): :func:`~.task_writer.write_partition`;
+* ``commit``/``abort`` (driver): under the identity the tasks reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from kafka_eos_ds.errors import ConfigError, TransactionError
+from kafka_eos_ds.kafka.client_settings import client_config, client_error
+from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+from kafka_eos_ds.options import Options
+from kafka_eos_ds.sink import source_progress
+from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.sink.participants import KafkaTransactions
+from kafka_eos_ds.sink.task_writer import write_partition
+from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
+from kafka_eos_ds.twophase.protocol import DoneMark, Participant
+from kafka_eos_ds.twophase.retrying import retrying
+from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
+
+_SETUP = "Nothing was decided by this step; restarting the query runs it again."
+
+
+class KafkaSink:
+    """One ``format("kafka_eos")`` sink's steps; picklable (it travels to the tasks).
+
+    Parameters
+    ----------
+    config : SinkConfig
+        The checked options.
+    commit_timeout_s : float
+        How long a driver step retries what may be transient (a coordinator moving).
+    """
+
+    message_type = KafkaCommitMessage
+
+    def __init__(self, config: SinkConfig, commit_timeout_s: float) -> None:
+        self.config = config
+        self.commit_timeout_s = commit_timeout_s
+
+    # -- planner ------------------------------------------------------------------
+
+    def prepare(self, spec: WriteSpec) -> DoneMark:
+        """Check the topic, then recover what the writer's earlier runs left (a stream, an
+        app write; other writes recover at their commit, see :mod:`~kafka_eos_ds.twophase.identity`)."""
+        metadata = self._retry(lambda: cluster_metadata(self.config), "Could not read the cluster's topics")
+        if self.config.topic is not None and self.config.topic not in metadata.topics:
+            # A principal without DESCRIBE on a topic does not see it in metadata at all.
+            raise ConfigError(f"Topic '{self.config.topic}' (option 'topic') does not exist, or this principal may "
+                              "not see it: create it first, or (Kafka ACLs) grant DESCRIBE and WRITE on it.")
+        if not self.config.exactly_once:
+            return DoneMark()
+        if spec.streaming:
+            query = self._stream_query()
+            write = WriteId(Kind.STREAM, query or "", -1)
+            with self._committer(write, metadata) as committer:
+                if query is not None:
+                    self._require_decisions(committer, write)
+                return committer.recover(write, known_query=query is not None)
+        planned = spec.planned()
+        if planned is not None:
+            with self._committer(planned, metadata) as committer:
+                return committer.recover(planned)
+        return DoneMark()
+
+    # -- executor -----------------------------------------------------------------
+
+    def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
+        return write_partition(self.config, task, mark, items)
+
+    # -- driver -------------------------------------------------------------------
+
+    def commit(self, write: WriteId, participants: Sequence[Optional[Participant]]) -> None:
+        if not self.config.exactly_once:
+            return
+        progress = self._progress(write)
+        with self._committer(write) as committer:
+            committer.commit(write, participants, progress)
+
+    def abort(self, write: Optional[WriteId], participants: Sequence[Optional[Participant]],
+              spec: WriteSpec) -> None:
+        if not self.config.exactly_once:
+            return
+        # No task reported: the stream's own ids, or the ids the job's tasks used as a job.
+        fallback = WriteId(Kind.STREAM, "", -1) if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0,
+                                                                                 job=spec.job)
+        with self._committer(write or fallback) as committer:
+            committer.abort(write, participants, fallback)
+
+    # -- steps --------------------------------------------------------------------
+
+    def _stream_query(self) -> Optional[str]:
+        """The streaming query's id from its checkpoint (None where it cannot be read)."""
+        checkpoint = source_progress.local_checkpoint(self.config.checkpoint)
+        return source_progress.query_id(checkpoint) if checkpoint is not None else None
+
+    def _require_decisions(self, committer: TwoPhaseCommitter, write: WriteId) -> None:
+        """Fail when the checkpoint has committed batches but the commit log has no decision
+        of this query: the log was deleted or re-created (or the options naming it
+        changed), and recovery would take decided batches for undecided ones and write
+        them again."""
+        checkpoint = source_progress.local_checkpoint(self.config.checkpoint)
+        committed = source_progress.latest_batch(checkpoint, "commits") if checkpoint is not None else -1
+        if committed < 0 or self._retry(lambda: committer.decisions.latest(write.key),
+                                        "Could not read the sink's decisions") is not None:
+            return
+        raise TransactionError(
+            f"The commit-log topic '{self.config.commit_log_topic}' (option 'commitLogTopic') holds no decision of "
+            f"query {write.app} on the sink '{self.config.prefix}' (option 'transactionalIdPrefix'), but the "
+            f"checkpoint {checkpoint} has committed batches up to {committed}: the topic was deleted or re-created, "
+            "or one of those options changed. Nothing is written: recovery cannot tell which of the last batch's "
+            "transactions were decided. See docs/troubleshooting.md, \"The commit log lost its decisions\".",
+            retriable=False)
+
+    @contextlib.contextmanager
+    def _committer(self, write: WriteId, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
+        cfg = self.config
+        prefix = cfg.prefix or ""
+        coordinator = self._retry(lambda: TransactionCoordinator(cfg.producer), "Could not reach the coordinator")
+        decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, prefix, write.writer)
+        try:
+            if metadata is not None:
+                self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
+            # Before any read: a stalled write of an earlier driver cannot land after it.
+            self._retry(decisions.fence_writers, "Could not start the commit-log writer")
+            transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
+            yield TwoPhaseCommitter(decisions, transactions, progress_store=transactions,
+                                    commit_timeout_s=self.commit_timeout_s)
+        finally:
+            decisions.close()
+            coordinator.close()
+
+    def _retry(self, call: Any, failure: str) -> Any:
+        return retrying(call, failure, self.commit_timeout_s, then=_SETUP)
+
+    def _progress(self, write: WriteId) -> Optional[dict[str, Any]]:
+        group = self.config.source_group_id
+        if group is None or write.kind is not Kind.STREAM:
+            return None
+        return source_progress.progress(group, source_progress.checkpoint_dir(self.config.checkpoint), write.version)
+
+
+def sink_of(schema: StructType, options: Mapping[str, Any]) -> KafkaSink:
+    config = SinkConfig.from_options(options, schema)
+    timeout_ms = Options(options).get_int("commitTimeoutMs", 120_000, minimum=1000) or 120_000
+    return KafkaSink(config, timeout_ms / 1000)
+
+
+def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:
+    """``df.writeStream.format("kafka_eos")``: exactly-once Kafka sink for streaming queries.
+
+    Each task writes its rows in a Kafka transaction and pre-commits it; the driver makes
+    the commit decision durable in the commit-log topic, then commits every transaction
+    of the batch. Options and columns: docs/sink.md.
+    """
+    return TwoPhaseStreamWriter(sink_of(schema, options))
+
+
+def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool) -> TwoPhaseBatchWriter:
+    """``df.write.format("kafka_eos")``: all task transactions commit at job commit; inside
+    ``foreachBatch`` each write is committed under the stream's micro-batch, and a re-run
+    of the micro-batch after a restart adds nothing (docs/sink.md, "foreachBatch")."""
+    if overwrite:
+        # As the built-in sink: Kafka topics are appended to, never replaced.
+        raise ConfigError("Save mode 'overwrite' is not supported by kafka_eos (a Kafka topic cannot be "
+                          "replaced); use mode('append').")
+    sink = sink_of(schema, options)
+    if sink.config.source_group_id is not None:
+        raise ConfigError("Option 'sourceGroupId' applies to streaming queries (it commits each micro-batch's "
+                          "source offsets); remove it for df.write.")
+    return TwoPhaseBatchWriter(sink, options)
+
+
+def cluster_metadata(config: SinkConfig) -> Any:
+    """The cluster's topics and brokers (confluent-kafka ClusterMetadata)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    conf = client_config(config.producer, "sink_metadata")
+    admin = AdminClient(conf)
+    try:
+        # All topics, not the one topic: a metadata request naming it could auto-create it.
+        return admin.list_topics(timeout=15)
+    except KafkaException as exc:
+        raise client_error("read the cluster's topics", exc, conf, admin) from exc
+
+

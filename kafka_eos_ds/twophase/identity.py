@@ -1,0 +1,183 @@
+"""Which write a task belongs to: one explicit value, the same on the tasks and the driver.
+
+Spark calls a sink in four shapes, and each gets its own kind of identity:
+
+===========  ===========================================  =========================================
+kind         when                                         identity (``app``, ``version``)
+===========  ===========================================  =========================================
+STREAM       ``writeStream.format(...)``                  the query id, the micro-batch id
+FOREACH      ``df.write`` inside a classic ``foreachBatch``  the stream's query id, its micro-batch id,
+                                                          plus the stream's run id and the write's
+                                                          ordinal within the micro-batch
+APP          ``df.write`` with ``txnAppId``/``txnVersion``  the two options (Delta Lake's names)
+JOB          any other ``df.write``                        a fresh id per job, version 0
+===========  ===========================================  =========================================
+
+The tasks tell STREAM and FOREACH from Spark's local properties (``sql.streaming.queryId``,
+``streaming.sql.batchId``, and the run id in the job description / job group); the driver
+takes the identity from the tasks' commit messages, never from its own defaults, so a
+write inside ``foreachBatch`` is committed under the micro-batch it belongs to. Explicit
+options win over the local properties (Spark Connect's ``foreachBatch`` runs its writes
+without the stream's properties: the options are the way to make them idempotent).
+
+Each write also names a *family*: the token its participants' ids carry, so that writers
+sharing one sink (a ``transactionalIdPrefix``, a directory) never touch each other's
+work. STREAM keeps the empty family (``{prefix}-{partition}-{attempt}``); the others never
+reuse a family across jobs or runs where the planner cannot recover it first (FOREACH:
+per stream run; JOB: per job), and APP reuses one family per app id (its planner knows the
+app id and recovers it before the tasks).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from kafka_eos_ds.errors import ConfigError
+
+
+class Kind(str, enum.Enum):
+    STREAM = "q"
+    FOREACH = "f"
+    APP = "a"
+    JOB = "j"
+
+
+def token(text: str, length: int = 8) -> str:
+    """A short, stable, name-safe digest (hex) of ``text``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class WriteId:
+    """One write: a micro-batch of a stream, a write inside ``foreachBatch``, an app's
+    version, or a batch job.
+
+    ``run`` (FOREACH only): the stream's run id, which tells a re-run of a micro-batch
+    after a restart from the writes of the run that first ran it. ``job``: the batch
+    writer's own id (JOB and APP), which makes a JOB's family unique.
+    """
+
+    kind: Kind
+    app: str
+    version: int
+    run: Optional[str] = None
+    job: Optional[str] = None
+
+    @property
+    def key(self) -> str:
+        """The writer's name in the sink's decision log: one latest decision per key."""
+        return f"{self.kind.value}:{self.app}"
+
+    @property
+    def family(self) -> str:
+        """The token the write's participant ids carry ('' for a stream's own sink)."""
+        if self.kind is Kind.STREAM:
+            return ""
+        if self.kind is Kind.FOREACH:
+            return f"f{token(self.app)}{token(self.run or '')}"
+        if self.kind is Kind.APP:
+            return f"a{token(self.app)}"
+        return f"j{token(self.job or self.app)}"
+
+    @property
+    def families(self) -> str:
+        """Which participant families this writer recovers (:func:`matches`): its own,
+        and for a write inside foreachBatch those of every run of its stream."""
+        if self.kind is Kind.FOREACH:
+            return f"f{token(self.app)}*"
+        return self.family
+
+    @property
+    def writer(self) -> str:
+        """The writer's family without the run: what its decision writer is named after
+        (every run of a stream fences the stale decision writes of the runs before)."""
+        return self.family[:9] if self.kind is Kind.FOREACH else self.family
+
+    @property
+    def recovers_before_tasks(self) -> bool:
+        """Whether the planner (which knows this identity before the tasks run) recovers
+        the writer: STREAM and APP reuse their participant ids, so what an earlier run
+        decided must be finished before a task re-opens one of them."""
+        return self.kind in (Kind.STREAM, Kind.APP)
+
+
+def matches(families: str, family: str) -> bool:
+    """Whether participant family ``family`` is selected by ``families`` (an exact family,
+    or a prefix ending in ``*``)."""
+    return family.startswith(families[:-1]) if families.endswith("*") else family == families
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """What the writer knows before its tasks run (pickled to them).
+
+    ``streaming``: a stream writer (else ``df.write``); ``job``: the batch writer's own
+    id; ``app``/``version``: the options ``txnAppId``/``txnVersion``.
+    """
+
+    streaming: bool
+    job: Optional[str] = None
+    app: Optional[str] = None
+    version: Optional[int] = None
+
+    @classmethod
+    def for_batch(cls, options: "Callable[[str], Optional[str]]", job: str) -> "WriteSpec":
+        """The spec of a ``df.write`` from its options (``options(name)`` -> value or None)."""
+        app = (options("txnAppId") or "").strip() or None
+        raw = (options("txnVersion") or "").strip() or None
+        if (app is None) != (raw is None):
+            raise ConfigError("Options 'txnAppId' and 'txnVersion' go together: set both (e.g. in foreachBatch, "
+                              ".option('txnAppId', 'orders-etl').option('txnVersion', batch_id)) or neither.")
+        version = None
+        if raw is not None:
+            if not re.fullmatch(r"\d{1,18}", raw):
+                raise ConfigError(f"Option 'txnVersion' must be a whole number >= 0 (e.g. the foreachBatch "
+                                  f"batch id), got {raw!r}.")
+            version = int(raw)
+        return cls(False, job, app, version)
+
+    def planned(self) -> Optional[WriteId]:
+        """The identity when the planner can know it (APP), else None."""
+        if self.app is not None and self.version is not None:
+            return WriteId(Kind.APP, self.app, self.version, job=self.job)
+        return None
+
+
+_RUN = re.compile(r"runId = ([0-9a-f-]{36})")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def identify(spec: WriteSpec, local_property: Callable[[str], Optional[str]]) -> WriteId:
+    """The identity of the running task's write, from the spec and Spark's local properties."""
+    planned = spec.planned()
+    if planned is not None:
+        return planned
+    query = local_property("sql.streaming.queryId") or None
+    batch = local_property("streaming.sql.batchId")
+    if spec.streaming:
+        if query is None or batch in (None, ""):
+            raise ConfigError("A streaming write without Spark's streaming properties (sql.streaming.queryId, "
+                              "streaming.sql.batchId): this Spark runs the sink in a way kafka_eos does not "
+                              "support.")
+        return WriteId(Kind.STREAM, query, int(str(batch)))
+    if query is not None and batch not in (None, ""):
+        return WriteId(Kind.FOREACH, query, int(str(batch)), run=_stream_run(local_property), job=spec.job)
+    return WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
+
+
+def _stream_run(local_property: Callable[[str], Optional[str]]) -> str:
+    """The stream's run id, which Spark puts in the job description and the job group of
+    every job it runs for the stream (foreachBatch's jobs included)."""
+    found = _RUN.search(local_property("spark.job.description") or "")
+    if found:
+        return found.group(1)
+    group = (local_property("spark.jobGroup.id") or "").strip()
+    if _UUID.match(group):
+        return group
+    raise ConfigError("A df.write inside foreachBatch cannot tell the stream's run (the job description and job "
+                      "group were replaced): set .option('txnAppId', <a name for this write>) and "
+                      ".option('txnVersion', batch_id) so that a re-run of the micro-batch writes nothing new.")
