@@ -234,3 +234,49 @@ def test_exactly_once_through_spark_connect_when_the_server_is_killed(kafka, new
     assert left_open == []               # nothing left to hold back read_committed readers
     # The kill landed mid-run: input remained, and the restarted query wrote it.
     assert KILL_AFTER <= seen_at_kill < fed
+
+
+def test_foreachbatch_writes_through_spark_connect_add_nothing_when_a_micro_batch_runs_again(
+        kafka, new_topic, tmp_path, connect_server):
+    """Spark Connect runs a foreachBatch function in its own session on the server, without
+    the stream's properties: ``txnAppId``/``txnVersion`` give each write its identity.
+    Spark runs a micro-batch again when its commit-log entry is missing (a crash between
+    the write and that entry): the second run of the function adds nothing."""
+    conf = {"bootstrap.servers": kafka.bootstrap}
+    input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
+    produce(kafka.bootstrap, input_topic, [f"{i}|record {i}".encode() for i in range(600)])
+    checkpoint = tmp_path / "checkpoint"
+    bootstrap, prefix, app = kafka.bootstrap, f"connect-fb-{output_topic}", f"app-{output_topic}"
+
+    def write(df, batch_id):
+        (df.selectExpr("key", "upper(cast(value as string)) as value").write.format("kafka_eos").mode("append")
+         .option("kafka.bootstrap.servers", bootstrap).option("topic", output_topic)
+         .option("transactionalIdPrefix", prefix)
+         .option("txnAppId", app).option("txnVersion", batch_id).save())
+
+    def run_once():
+        spark = connect_server.session()
+        try:
+            query = (spark.readStream.format("kafka_eos").option("kafka.bootstrap.servers", bootstrap)
+                     .option("subscribe", input_topic).option("startingOffsets", "earliest").load()
+                     .writeStream.foreachBatch(write).option("checkpointLocation", str(checkpoint))
+                     .trigger(availableNow=True).start())
+            assert query.awaitTermination(STEP_TIMEOUT), "the availableNow query did not finish" + \
+                _server_log(connect_server)
+            assert query.exception() is None, f"{query.exception()}" + _server_log(connect_server)
+        finally:
+            connect_server.close(spark)
+
+    with Watchdog(connect_server, 300):
+        run_once()
+        first = audit(conf, input_topic, output_topic)
+        assert first.ok and first.unique_out == first.records_out == 600, first.table()
+        last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+        (checkpoint / "commits" / str(last)).unlink()  # the last micro-batch's entry: Spark runs it again
+        run_once()
+    report = audit(conf, input_topic, output_topic)
+    assert report.ok and report.unique_out == report.records_out == 600, report.table()
+    assert bounded(lambda: list_transactions(conf, prefix, open_only=True), 60, "ListTransactions") == []
+    _record("spark connect: foreachBatch with txnAppId, last micro-batch run again",
+            {"records_in": report.records_in, "records_out": report.records_out, "duplicates": report.duplicates,
+             "losses": report.losses})
