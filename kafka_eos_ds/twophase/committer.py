@@ -209,10 +209,13 @@ class TwoPhaseCommitter:
         faults.check("driver-after-decision", batch=batch)
         try:
             self._commit_all(decision)
-        except KafkaEosError as exc:
-            if write.kind is Kind.JOB:
-                raise type(exc)(f"{exc} {_JOB_DECIDED}", retriable=False) from exc
-            raise
+        except Exception as exc:
+            if write.kind is not Kind.JOB:
+                raise
+            # A job is reported failed by Spark: its error must say that its output is
+            # decided all the same, or a re-run would write it twice without knowing.
+            kind = type(exc) if isinstance(exc, KafkaEosError) else TransactionError
+            raise kind(f"{exc} {_JOB_DECIDED}", retriable=False) from exc
         faults.check("driver-after-all-commits", batch=batch)
         if plan.write_decision:
             # Earlier attempts of the winning tasks may still hold open transactions
