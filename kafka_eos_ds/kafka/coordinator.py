@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
-from kafka_eos_ds.kafka.client_settings import client_error, to_kafka_python
-from kafka_eos_ds.kafka.kafka_python import CoordinatorChannel
+from kafka_eos_ds.kafka.errors import mapping_client_errors
+from kafka_eos_ds.kafka.kafka_python import CoordinatorChannel, to_kafka_python
 
 # Kafka error codes the sink reasons about (org.apache.kafka.common.protocol.Errors).
 NONE = 0
@@ -103,12 +103,8 @@ class TransactionCoordinator:
 
         # The coordinator's own client id unless the user set one (kafka.client.id).
         settings = {"client_id": "kafka-eos-coordinator", **to_kafka_python(conf)}
-        try:
+        with mapping_client_errors("connect the transaction-coordinator client", conf):
             self._admin = KafkaAdminClient(**settings)
-        except ConfigError:
-            raise
-        except Exception as exc:  # kafka-python raises its own and socket errors
-            raise client_error("connect the transaction-coordinator client", exc, conf) from exc
         self._channel = CoordinatorChannel(self._admin)
 
     def close(self) -> None:

@@ -28,8 +28,8 @@ import zlib
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.client_settings import client_config, redact
 from kafka_eos_ds.kafka.producer_start import init_transactions
+from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import Decision

@@ -16,8 +16,9 @@ from itertools import islice, repeat
 from typing import Any, Iterable, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
-from kafka_eos_ds.kafka.client_settings import LIBRDKAFKA_LOGGER, client_config, client_error
+from kafka_eos_ds.kafka.errors import AuthWatch, client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
+from kafka_eos_ds.kafka.settings import LIBRDKAFKA_LOGGER, client_config
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
@@ -113,8 +114,9 @@ class _PartitionWriter:
     def _open(self) -> None:
         from confluent_kafka import KafkaException, Producer
 
+        self.watch = AuthWatch()  # the producer's error callback: the authentication or TLS error behind a failure
         fixed: dict[str, Any] = {"enable.idempotence": self.config.idempotent, "delivery.report.only.error": True,
-                                 "on_delivery": self.delivery}
+                                 "on_delivery": self.delivery, "error_cb": self.watch}
         if self.config.exactly_once:
             fixed.update({"transactional.id": self.transactional_id,
                           "transaction.timeout.ms": self.config.transaction_timeout_ms,
@@ -126,7 +128,7 @@ class _PartitionWriter:
                 init_transactions(self.producer, self.config.topic or self.config.commit_log_topic)
                 self.producer.begin_transaction()
         except KafkaException as exc:
-            raise _translate(exc, self.config, conf=self.conf, producer=self.producer) from exc
+            raise _translate(exc, self.config, conf=self.conf, producer=self.producer, watch=self.watch) from exc
 
     def _await_producer_id(self) -> None:
         for _ in range(200):
@@ -156,7 +158,7 @@ class _PartitionWriter:
             self.producer.poll(0)  # serve the log line that says why, if it is still queued
             err, topic = self.delivery.first()
             raise _delivery_error(err, topic, len(self.delivery.errors), self.config, self.conf, self.producer,
-                                  self.txn_log.failure)
+                                  self.txn_log.failure, self.watch)
         if self.config.exactly_once:
             # Awaited only now, so the statistics interval passes while the task writes.
             self._await_producer_id()
@@ -195,7 +197,7 @@ class _PartitionWriter:
                 # drains in a few milliseconds.
                 self.producer.poll(0.005)
             except KafkaException as exc:
-                raise _translate(exc, self.config, topic, self.conf, self.producer) from exc
+                raise _translate(exc, self.config, topic, self.conf, self.producer, self.watch) from exc
 
     def _write_arrow(self, batch: Any) -> None:
         n = batch.num_rows
@@ -278,7 +280,7 @@ def _immutable(data: Any) -> Any:
 
 
 def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None, conf: Any = None,
-               producer: Any = None) -> Exception:
+               producer: Any = None, watch: Optional[AuthWatch] = None) -> Exception:
     from confluent_kafka import KafkaError
 
     err: Any = exc.args[0] if exc.args else None
@@ -293,7 +295,7 @@ def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None, conf: 
         return _too_large(topic, config)
     if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
         return ConfigError(f"Topic {topic!r} does not exist; create it first (option 'topic' / column 'topic').")
-    return client_error("Kafka producer", exc, conf or config.producer, producer)
+    return client_error("Kafka producer", err, conf or config.producer, watch=watch, client=producer)
 
 
 def _too_large(topic: Optional[str], config: SinkConfig) -> Exception:
@@ -304,7 +306,7 @@ def _too_large(topic: Optional[str], config: SinkConfig) -> Exception:
 
 def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConfig,
                     conf: Optional[Mapping[str, Any]] = None, producer: Any = None,
-                    txn_failure: Optional[str] = None) -> Exception:
+                    txn_failure: Optional[str] = None, watch: Optional[AuthWatch] = None) -> Exception:
     from confluent_kafka import KafkaError
 
     code = err.code()
@@ -324,7 +326,5 @@ def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConf
     if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
         return KafkaClientError(f"Not authorized to write to topic {topic!r} (TOPIC_AUTHORIZATION_FAILED): grant the "
                                 "principal WRITE and DESCRIBE on it (Kafka ACLs).", retriable=False)
-    from confluent_kafka import KafkaException
-
-    return client_error(f"{count} record(s) were not delivered to Kafka; first error", KafkaException(err),
-                        conf if conf is not None else config.producer, producer)
+    return client_error(f"{count} record(s) were not delivered to Kafka; first error", err,
+                        conf if conf is not None else config.producer, watch=watch, client=producer)

@@ -29,7 +29,8 @@ from itertools import chain
 from typing import Any, Iterator
 
 from kafka_eos_ds.errors import KafkaClientError
-from kafka_eos_ds.kafka.client_settings import client_config, client_error
+from kafka_eos_ds.kafka.errors import mapping_client_errors
+from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.source.planning import KafkaInputPartition, OffsetRange, ReadConfig, report_data_loss
 from kafka_eos_ds.source.schema import arrow_schema
 
@@ -70,10 +71,8 @@ def _consumer(config: ReadConfig):
         # Fail instead of jumping silently when offsets are gone (failOnDataLoss decides).
         "auto.offset.reset": "error",
     })
-    try:
+    with mapping_client_errors("could not create a Kafka consumer", conf):
         return Consumer(conf)
-    except Exception as exc:
-        raise client_error("could not create a Kafka consumer", exc, conf) from exc
 
 
 class _RangeReader:
