@@ -93,3 +93,50 @@ def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
         server.close()
     assert "TLS handshake failed" in str(failure.value) and "reach" not in str(failure.value)
     assert not failure.value.retriable
+
+
+# -- the transaction-coordinator client (kafka-python) ---------------------------------------
+
+
+class FailingChannel:
+    """A coordinator channel whose every request raises ``exc``."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        self.forgotten: list[str] = []
+
+    def send(self, key, request, *, group):
+        raise self.exc
+
+    def forget(self, key, *, group):
+        self.forgotten.append(key)
+
+    def api_version(self, request_class):
+        return -1
+
+
+def coordinator_over(channel, monkeypatch):
+    import kafka.admin
+
+    from kafka_eos_ds.kafka import coordinator as c
+
+    monkeypatch.setattr(kafka.admin, "KafkaAdminClient", lambda **settings: object())
+    monkeypatch.setattr(c, "CoordinatorChannel", lambda admin: channel)
+    return c.TransactionCoordinator({"bootstrap.servers": "h:1"})
+
+
+def test_an_unexpected_error_in_a_coordinator_call_is_not_made_retriable(monkeypatch):
+    """Any exception of a coordinator call once became a retriable KafkaClientError, which
+    the committer retried for two minutes; a defect must fail at once, as itself."""
+    import kafka.errors as kerrors
+
+    bug = RuntimeError("a bug")
+    channel = FailingChannel(bug)
+    with pytest.raises(RuntimeError) as info:
+        coordinator_over(channel, monkeypatch).end_txn("etl-0-0", 7, 1, commit=True)
+    assert info.value is bug and channel.forgotten == ["etl-0-0"]
+    # kafka-python's own errors keep their class's verdict.
+    for exc, retriable in ((kerrors.NodeNotReadyError("moving"), True), (kerrors.IllegalStateError("no"), False)):
+        with pytest.raises(KafkaClientError) as failure:
+            coordinator_over(FailingChannel(exc), monkeypatch).end_txn("etl-0-0", 7, 1, commit=True)
+        assert failure.value.retriable is retriable and "Coordinator call for etl-0-0 failed" in str(failure.value)

@@ -1,10 +1,12 @@
 """Client errors become the project's errors here, and nowhere else.
 
 Every client call whose failure the project reports runs inside
-:func:`mapping_client_errors`; an error a client hands over as a value (a failed delivery
-report, an error event from ``consume()``) goes through :func:`client_error`. So a
-failure reads the same whichever client met it, an authentication failure never reads
-"cannot reach Kafka", and ``retriable`` means one thing everywhere:
+:func:`mapping_client_errors` (or, where only a librdkafka error is caught, hands it to
+:func:`client_error`, which also takes an error a client hands over as a value: an error
+event from ``consume()``); a transactional producer's errors go through
+:func:`producer_error`, which first sorts out what a task can act on. So a failure reads
+the same whichever client met it, an authentication failure never reads "cannot reach
+Kafka", and ``retriable`` means one thing everywhere:
 
 ==================================================  =============================  =========
 client error                                         KafkaClientError says          retriable
@@ -28,6 +30,16 @@ any other kafka-python ``KafkaError``                its text                   
 A project error passes unchanged. Anything else is not a client error but a defect (or a
 condition nobody anticipated): it propagates as it is and is never retried.
 
+:func:`producer_error` first gives these their own error: a fenced producer
+(``_FENCED``, ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``) a TransactionFencedError;
+the broker refusing ``transaction.timeout.ms`` and a topic or partition that does not
+exist a ConfigError naming the option; a record over the size limit and a topic the
+principal may not write to a KafkaClientError naming the settings (not retriable); records
+purged because their transaction failed the cause librdkafka logged (retriable).
+
+Error codes in a broker's *answer* (EndTxn, InitProducerId, ...) are not client errors:
+:mod:`.coordinator` and :mod:`kafka_eos_ds.sink.commit_outcome` sort them.
+
 librdkafka reports a failed SASL or TLS handshake to the client's error callback, while
 the call itself only times out or fails to connect; a client whose calls should name the
 real cause gets an :class:`AuthWatch` as its ``error_cb`` and hands the same watch to the
@@ -40,10 +52,10 @@ import contextlib
 import ssl
 from typing import Any, Iterator, Mapping, Optional
 
-from kafka_eos_ds.errors import KafkaClientError, KafkaEosError
+from kafka_eos_ds.errors import ConfigError, KafkaClientError, KafkaEosError, TransactionFencedError
 from kafka_eos_ds.kafka.settings import hide_values
 
-__all__ = ["AuthWatch", "client_error", "mapping_client_errors"]
+__all__ = ["AuthWatch", "client_error", "mapping_client_errors", "producer_error"]
 
 _FIX = {
     "authentication": "authentication failed: check kafka.sasl.jaas.config (or kafka.sasl.username/password, "
@@ -81,24 +93,62 @@ def mapping_client_errors(what: str, conf: Optional[Mapping[str, Any]] = None, *
     """
     try:
         yield
-    except KafkaEosError:
-        raise
     except Exception as exc:
-        mapped = _mapped(what, exc, conf or {}, watch, client, fix)
-        if mapped is None:
+        mapped = client_error(what, exc, conf, watch=watch, client=client, fix=fix)
+        if mapped is exc:
             raise
         raise mapped from exc
 
 
-def client_error(what: str, err: Any, conf: Optional[Mapping[str, Any]] = None, *,
-                 watch: Optional[AuthWatch] = None, client: Any = None, fix: Optional[str] = None) -> KafkaEosError:
-    """The project's error for ``err``, a librdkafka error handed over as a value (a
-    ``confluent_kafka.KafkaError`` of a delivery report or a consumed event)."""
+def client_error(what: str, error: Any, conf: Optional[Mapping[str, Any]] = None, *,
+                 watch: Optional[AuthWatch] = None, client: Any = None, fix: Optional[str] = None) -> BaseException:
+    """The project's error for ``error``: a client library's exception, or a librdkafka
+    error handed over as a value (a ``confluent_kafka.KafkaError``). A project error, and
+    an exception that is not a client error, is returned as it is. The arguments are
+    those of :func:`mapping_client_errors`."""
     from confluent_kafka import KafkaException
 
-    mapped = _mapped(what, KafkaException(err), conf or {}, watch, client, fix)
-    assert mapped is not None  # a KafkaException is always a client error
-    return mapped
+    exc = error if isinstance(error, BaseException) else KafkaException(error)
+    if isinstance(exc, KafkaEosError) or not isinstance(exc, Exception):
+        return exc
+    return _mapped(what, exc, conf or {}, watch, client, fix) or exc
+
+
+def producer_error(err: Any, conf: Mapping[str, Any], *, topic: Optional[str] = None, undelivered: int = 0,
+                   txn_failure: Optional[str] = None, watch: Optional[AuthWatch] = None,
+                   client: Any = None) -> BaseException:
+    """The project's error for ``err`` (a ``confluent_kafka.KafkaError``) met by a task's
+    producer (settings ``conf``): raised by one of its calls (on ``topic`` if a record's),
+    or, with ``undelivered``, the first of that many failed delivery reports.
+    ``txn_failure`` is librdkafka's log line that says why the transaction failed."""
+    from confluent_kafka import KafkaError
+
+    code = err.code() if hasattr(err, "code") else None
+    if code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT) and txn_failure:
+        # Records are reported only as purged when their transaction failed; the log line has the cause.
+        if "TOPIC_AUTHORIZATION_FAILED" in txn_failure or "Topic authorization failed" in txn_failure:
+            code = KafkaError.TOPIC_AUTHORIZATION_FAILED
+        else:
+            return KafkaClientError(f"{undelivered} record(s) were not delivered to Kafka: the transaction failed: "
+                                    f"{txn_failure}", retriable=True)
+    if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+        return ConfigError(f"The broker refused transaction.timeout.ms={conf.get('transaction.timeout.ms')}: set "
+                           "the sink option 'kafka.transaction.timeout.ms' at or below the broker's "
+                           "'transaction.max.timeout.ms' (default 900000).")
+    if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        return TransactionFencedError(f"A newer producer took over this task's transactional id: {err}")
+    if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+        return KafkaClientError(f"A record is larger than Kafka accepts for topic {topic!r}: raise the topic's "
+                                "'max.message.bytes' (broker 'message.max.bytes') and the sink option "
+                                "'kafka.message.max.bytes' together, or write smaller records.")
+    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+        return ConfigError(f"Topic {topic!r} (or the requested partition) does not exist; create it first "
+                           "(option 'topic' / columns 'topic', 'partition').")
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return KafkaClientError(f"Not authorized to write to topic {topic!r} (TOPIC_AUTHORIZATION_FAILED): grant the "
+                                "principal WRITE and DESCRIBE on it (Kafka ACLs).", retriable=False)
+    what = f"{undelivered} record(s) were not delivered to Kafka; first error" if undelivered else "Kafka producer"
+    return client_error(what, err, conf, watch=watch, client=client)
 
 
 def _mapped(what: str, exc: Exception, conf: Mapping[str, Any], watch: Optional[AuthWatch], client: Any,

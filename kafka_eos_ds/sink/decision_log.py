@@ -28,6 +28,7 @@ import zlib
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
+from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.sink import transactional_ids
@@ -102,10 +103,10 @@ class KafkaDecisionLog:
             else:
                 partitions = len(existing.partitions)
         except KafkaException as exc:
-            raise KafkaClientError(
+            raise client_error(
                 f"Cannot create or read the commit-log topic '{self.topic}' (option 'commitLogTopic') at "
-                f"{redact(self._conf).get('bootstrap.servers')}: {exc}. The sink needs to create it or be "
-                "allowed to describe and write it.", retriable=True) from exc
+                f"{redact(self._conf).get('bootstrap.servers')}", exc, self._conf,
+                fix="The sink needs to create it or be allowed to describe and write it.") from exc
         self._partitions = partitions
         return partitions
 
@@ -126,8 +127,8 @@ class KafkaDecisionLog:
             # Connected first: a new writer starts in every driver step (producer_start).
             init_transactions(producer, self.topic)
         except KafkaException as exc:
-            raise KafkaClientError(f"Cannot start the commit-log writer of '{self.key}' on '{self.topic}': {exc}",
-                                   retriable=exc.args[0].retriable()) from exc
+            raise client_error(f"Cannot start the commit-log writer of '{self.key}' on '{self.topic}'", exc,
+                               self._conf) from exc
         self._producer = producer
 
     def write(self, decision: Decision) -> None:
@@ -153,13 +154,12 @@ class KafkaDecisionLog:
                 # Fenced by a newer writer (another driver of this sink), or fatal: this
                 # write never becomes visible and this driver must not go on.
                 self._producer = None
-                raise KafkaClientError(
-                    f"Writing the commit decision of '{self.key}' to '{self.topic}' failed: {error}. Another "
-                    "driver of this sink took over its commit log; this one stops.", retriable=False) from exc
-            # Retriable: the outcome is settled by the next writer's init_transactions.
+                raise client_error(
+                    f"Writing the commit decision of '{self.key}' to '{self.topic}' failed", exc, self._conf,
+                    fix="Another driver of this sink took over its commit log; this one stops.") from exc
+            # Retriable (or abortable): the outcome is settled by the next writer's init_transactions.
             self._producer = None
-            raise KafkaClientError(f"Writing the commit decision to '{self.topic}' failed: {error}",
-                                   retriable=True) from exc
+            raise client_error(f"Writing the commit decision to '{self.topic}' failed", exc, self._conf) from exc
 
     # -- read ---------------------------------------------------------------
 
@@ -204,7 +204,7 @@ class KafkaDecisionLog:
             self._partition = hashed
             return None
         except KafkaException as exc:
-            raise KafkaClientError(f"Reading the commit log '{self.topic}' failed: {exc}", retriable=True) from exc
+            raise client_error(f"Reading the commit log '{self.topic}' failed", exc, self._conf) from exc
         except (ValueError, KeyError) as exc:
             raise ConfigError(f"The commit-log topic '{self.topic}' holds a record for '{self.key}' that is not a "
                               f"kafka_eos decision ({exc}); option 'commitLogTopic' must name a topic used only "
@@ -224,7 +224,7 @@ class KafkaDecisionLog:
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     return found
-                raise KafkaClientError(f"Reading the commit log '{self.topic}' failed: {msg.error()}", retriable=True)
+                raise client_error(f"Reading the commit log '{self.topic}' failed", msg.error(), self._conf)
             if msg.offset() >= end:
                 return found
             if msg.key() == key:
