@@ -115,17 +115,14 @@ class FailingChannel:
         return -1
 
 
-def coordinator_over(channel, monkeypatch):
-    import kafka.admin
+def coordinator_over(channel, admin=None):
+    from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 
-    from kafka_eos_ds.kafka import coordinator as c
-
-    monkeypatch.setattr(kafka.admin, "KafkaAdminClient", lambda **settings: object())
-    monkeypatch.setattr(c, "CoordinatorChannel", lambda admin: channel)
-    return c.TransactionCoordinator({"bootstrap.servers": "h:1"})
+    return TransactionCoordinator({"bootstrap.servers": "h:1"}, admin_factory=lambda **settings: admin,
+                                  channel_factory=lambda client: channel)
 
 
-def test_an_unexpected_error_in_a_coordinator_call_is_not_made_retriable(monkeypatch):
+def test_an_unexpected_error_in_a_coordinator_call_is_not_made_retriable():
     """Any exception of a coordinator call once became a retriable KafkaClientError, which
     the committer retried for two minutes; a defect must fail at once, as itself."""
     import kafka.errors as kerrors
@@ -133,10 +130,10 @@ def test_an_unexpected_error_in_a_coordinator_call_is_not_made_retriable(monkeyp
     bug = RuntimeError("a bug")
     channel = FailingChannel(bug)
     with pytest.raises(RuntimeError) as info:
-        coordinator_over(channel, monkeypatch).end_txn("etl-0-0", 7, 1, commit=True)
+        coordinator_over(channel).end_txn("etl-0-0", 7, 1, commit=True)
     assert info.value is bug and channel.forgotten == ["etl-0-0"]
     # kafka-python's own errors keep their class's verdict.
     for exc, retriable in ((kerrors.NodeNotReadyError("moving"), True), (kerrors.IllegalStateError("no"), False)):
         with pytest.raises(KafkaClientError) as failure:
-            coordinator_over(FailingChannel(exc), monkeypatch).end_txn("etl-0-0", 7, 1, commit=True)
+            coordinator_over(FailingChannel(exc)).end_txn("etl-0-0", 7, 1, commit=True)
         assert failure.value.retriable is retriable and "Coordinator call for etl-0-0 failed" in str(failure.value)

@@ -250,21 +250,16 @@ def test_batch_overwrite_is_refused_as_in_the_builtin():
         KafkaBatchWriter(SCHEMA, OPTS, overwrite=True)
 
 
-def test_the_coordinator_client_takes_the_users_client_id(monkeypatch):
+def test_the_coordinator_client_takes_the_users_client_id():
     """kafka.client.id once made the coordinator client fail with "got multiple values
     for keyword argument 'client_id'"."""
-    import kafka.admin
-
     built = []
 
-    class FakeAdmin:
-        def __init__(self, **kwargs):
-            built.append(kwargs)
+    def admin(**settings):
+        built.append(settings)
 
-    monkeypatch.setattr(kafka.admin, "KafkaAdminClient", FakeAdmin)
-    monkeypatch.setattr(c, "CoordinatorChannel", lambda admin: None)
-    c.TransactionCoordinator({"bootstrap.servers": "b:9092", "client.id": "mine"})
-    c.TransactionCoordinator({"bootstrap.servers": "b:9092"})
+    for conf in ({"bootstrap.servers": "b:9092", "client.id": "mine"}, {"bootstrap.servers": "b:9092"}):
+        c.TransactionCoordinator(conf, admin_factory=admin, channel_factory=lambda client: None)
     assert [b["client_id"] for b in built] == ["mine", "kafka-eos-coordinator"]
 
 

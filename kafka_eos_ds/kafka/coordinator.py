@@ -21,9 +21,10 @@ import enum
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
+from kafka_eos_ds.kafka.clients import ChannelLike, CoordinatorAdminLike
 from kafka_eos_ds.kafka.errors import mapping_client_errors
 from kafka_eos_ds.kafka.kafka_python import CoordinatorChannel, to_kafka_python
 
@@ -99,17 +100,26 @@ class TransactionCoordinator:
     ----------
     conf : Mapping
         librdkafka-style client settings (``bootstrap.servers``, security settings).
+    admin_factory : callable, optional
+        Builds the client from kafka-python keyword settings (default: kafka-python's
+        ``KafkaAdminClient``).
+    channel_factory : callable, optional
+        Builds the channel to the coordinators over that client (default:
+        :class:`~kafka_eos_ds.kafka.kafka_python.CoordinatorChannel`).
     """
 
-    def __init__(self, conf: Mapping[str, Any]) -> None:
-        from kafka.admin import KafkaAdminClient
+    def __init__(self, conf: Mapping[str, Any], *, admin_factory: Optional[Callable[..., CoordinatorAdminLike]] = None,
+                 channel_factory: Callable[[Any], ChannelLike] = CoordinatorChannel) -> None:
+        if admin_factory is None:
+            from kafka.admin import KafkaAdminClient
 
+            admin_factory = KafkaAdminClient
         # The coordinator's own client id unless the user set one (kafka.client.id).
         settings = {"client_id": "kafka-eos-coordinator", **to_kafka_python(conf)}
         self._conf = conf  # for errors: the servers to name, the secrets to hide
         with mapping_client_errors("connect the transaction-coordinator client", conf):
-            self._admin = KafkaAdminClient(**settings)
-        self._channel = CoordinatorChannel(self._admin)
+            self._admin = admin_factory(**settings)
+        self._channel = channel_factory(self._admin)
 
     def close(self) -> None:
         try:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
+from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike
 from kafka_eos_ds.kafka.errors import AuthWatch, mapping_client_errors
 from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.source.offsets import Offsets, TopicPartitionKey
@@ -28,12 +29,19 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 
 
 class KafkaMetadata:
-    """Partition discovery and offset look-ups for one source, on the driver."""
+    """Partition discovery and offset look-ups for one source, on the driver.
 
-    def __init__(self, options: SourceOptions) -> None:
+    Its clients are built on first use, from their settings, by ``admin_factory``
+    (confluent-kafka's ``AdminClient`` unless given) and ``consumer_factory``
+    (``Consumer``); unit tests pass fakes.
+    """
+
+    def __init__(self, options: SourceOptions, *, admin_factory: Optional[Callable[[dict], AdminLike]] = None,
+                 consumer_factory: Optional[Callable[[dict], ConsumerLike]] = None) -> None:
         self._options = options
-        self._admin = None
-        self._consumer = None
+        self._admin_factory, self._consumer_factory = admin_factory, consumer_factory
+        self._admin: Optional[AdminLike] = None
+        self._consumer: Optional[ConsumerLike] = None
         self._admin_conf: dict = {}
         self._consumer_conf: dict = {}
         # Each client's error callback: the authentication or TLS error behind a failed call.
@@ -44,22 +52,22 @@ class KafkaMetadata:
     def _conf(self) -> dict[str, str]:
         return dict(self._options.client_conf)
 
-    def admin(self):
+    def admin(self) -> AdminLike:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
             self._admin_conf = client_config({k: v for k, v in self._conf().items() if k != "isolation.level"},
                                              "source_metadata", error_cb=self._admin_watch)
-            self._admin = _client(AdminClient, self._admin_conf)
+            self._admin = _client(self._admin_factory or AdminClient, self._admin_conf)
         return self._admin
 
-    def consumer(self):
+    def consumer(self) -> ConsumerLike:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
             self._consumer_conf = client_config(self._conf(), "source_metadata", **{
                 "group.id": self._options.group_id, "enable.auto.commit": False, "error_cb": self._consumer_watch})
-            self._consumer = _client(Consumer, self._consumer_conf)
+            self._consumer = _client(self._consumer_factory or Consumer, self._consumer_conf)
         return self._consumer
 
     def close(self) -> None:
@@ -157,7 +165,7 @@ def _coordinator_moving(exc: Optional[BaseException]) -> bool:
         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
-def _client(factory, conf: dict):
+def _client(factory: Callable[[dict], Any], conf: dict) -> Any:
     from confluent_kafka import KafkaException
 
     try:

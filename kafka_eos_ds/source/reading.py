@@ -29,6 +29,7 @@ from itertools import chain
 from typing import Any, Iterator
 
 from kafka_eos_ds.errors import KafkaClientError
+from kafka_eos_ds.kafka.clients import ConsumerLike
 from kafka_eos_ds.kafka.errors import client_error, mapping_client_errors
 from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.source.planning import KafkaInputPartition, OffsetRange, ReadConfig, report_data_loss
@@ -50,7 +51,7 @@ def read_partition(part: KafkaInputPartition) -> Iterator[Any]:
         consumer.close()
 
 
-def _consumer(config: ReadConfig):
+def _consumer(config: ReadConfig) -> ConsumerLike:
     from confluent_kafka import Consumer
 
     defaults = {
@@ -76,7 +77,7 @@ def _consumer(config: ReadConfig):
 
 
 class _RangeReader:
-    def __init__(self, consumer: Any, rng: OffsetRange, config: ReadConfig) -> None:
+    def __init__(self, consumer: ConsumerLike, rng: OffsetRange, config: ReadConfig) -> None:
         import numpy as np
         import pyarrow as pa
 
