@@ -103,10 +103,10 @@ def connection_settings(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _errors_reach_the_calls(err: Any) -> None:
-    """The error callback of a client that reports its failures through its calls.
-    Without one, librdkafka would log every transient error (a broker restarting) at
-    ERROR level; a client that wants the authentication or TLS error behind a failed call
-    passes an :class:`~kafka_eos_ds.kafka.errors.AuthWatch` as ``error_cb`` instead."""
+    """The error callback of a client whose failures its calls report: librdkafka's error
+    events (a broker restarting, a connection refused) need nothing of the project and are
+    dropped. A client whose failed calls should name the authentication or TLS error
+    behind them passes an :class:`~kafka_eos_ds.kafka.errors.AuthWatch` as ``error_cb``."""
 
 
 def client_config(params: Mapping[str, Any], role: str, **fixed: Any) -> dict[str, Any]:
