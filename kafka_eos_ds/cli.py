@@ -15,10 +15,11 @@ exception tree are printed as one line (no traceback) with exit status 2.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Callable, Optional, Sequence
 
-from kafka_eos_ds.errors import KafkaEosError
+from kafka_eos_ds.errors import ConfigError, KafkaEosError
 
 CommandGroup = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -47,9 +48,8 @@ def add_client_settings(parser: argparse.ArgumentParser) -> None:
 def client_settings(args: argparse.Namespace) -> dict:
     """The client settings of ``args``: --bootstrap, the file, then -X (a later one wins),
     translated and checked like the connector's ``kafka.*`` options."""
-    from kafka_eos_ds.errors import ConfigError
-    from kafka_eos_ds.kafka.client_settings import ClientParams, check_settings, translate
-    from kafka_eos_ds.kafka.java_settings import read_properties
+    from kafka_eos_ds.kafka.java_settings import translate
+    from kafka_eos_ds.kafka.settings import ClientParams, check_settings
 
     given = {"bootstrap.servers": args.bootstrap}
     if args.command_config:
@@ -62,6 +62,36 @@ def client_settings(args: argparse.Namespace) -> dict:
     conf = translate(given)
     check_settings(conf, "producer")
     return ClientParams(conf)
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java properties file (Kafka tools' ``--command-config``): ``key=value``,
+    ``key: value`` or ``key value`` lines, ``#``/``!`` comments, a trailing backslash
+    continuing a line, backslash escapes."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"Cannot read the client settings file {path!r}: {exc.strerror}.") from None
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in lines:
+        line = pending + (raw.lstrip() if pending else raw.strip())
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:  # an odd number of trailing backslashes
+            pending = line[:-1]
+            continue
+        pending = ""
+        split = re.match(r"((?:[^\\=:\s]|\\.)+)\s*[=:\s]\s*(.*)$", line)
+        key, value = (split.group(1), split.group(2)) if split else (line, "")
+        out[_unescape(key)] = _unescape(value)
+    return out
+
+
+def _unescape(text: str) -> str:
+    named = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    return re.sub(r"\\(.)", lambda m: named.get(m.group(1), m.group(1)), text)
 
 
 def _transactions(args: argparse.Namespace) -> int:

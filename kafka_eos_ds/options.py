@@ -72,7 +72,8 @@ class Options:
         so the error can say why the key is refused and what to use instead. The result
         hides its secrets when printed.
         """
-        from kafka_eos_ds.kafka.client_settings import ClientParams, translate
+        from kafka_eos_ds.kafka.java_settings import translate
+        from kafka_eos_ds.kafka.settings import ClientParams
 
         params: dict[str, str] = {}
         for key, value in self._raw.items():

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Optional
 from confluent_kafka import Consumer, TopicPartition
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka.client_settings import client_config
+from kafka_eos_ds.kafka.settings import client_config
 
 
 @dataclass

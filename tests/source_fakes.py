@@ -23,13 +23,15 @@ class FakeMetadata:
     def consumer(self):
         return self
 
-    def commit(self, offsets, asynchronous):
+    def commit(self, *, offsets, asynchronous):
         self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
         return offsets
+
+    def __call__(self, options):
+        """The reader's metadata factory: this fake, whatever the options."""
+        return self
 
 
 def reader(meta, **opts):
     options = {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "earliest", **opts}
-    r = KafkaStreamReader(source_schema(options), options)
-    r._metadata = meta
-    return r
+    return KafkaStreamReader(source_schema(options), options, metadata_factory=meta)

@@ -1,5 +1,5 @@
-"""The one client boundary: Java settings translated, every client built from the same
-settings, secrets hidden, client errors translated."""
+"""Client settings: Java settings translated, every client built from the same settings
+(kafka-python's too), secrets hidden."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import stat
 import pytest
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.client_settings import (ClientParams, client_config, client_error, connection_settings,
-                                                redact, to_kafka_python, translate)
-from kafka_eos_ds.kafka.java_settings import parse_jaas
+from kafka_eos_ds.kafka.java_settings import parse_jaas, translate
+from kafka_eos_ds.kafka.kafka_python import to_kafka_python
+from kafka_eos_ds.kafka.settings import ClientParams, client_config, connection_settings, redact
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -161,7 +161,7 @@ def test_pkcs12_truststore_becomes_pem_text_and_keystore_goes_to_librdkafka(pki)
     assert out["ssl.ca.pem"] == pki["ca_pem"]
     assert out["ssl.keystore.location"] == pki["keystore.p12"] and out["ssl.keystore.password"] == "keypw"
     # librdkafka accepts the result (it loads the certificates at construction).
-    from kafka_eos_ds.kafka.client_settings import check_settings
+    from kafka_eos_ds.kafka.settings import check_settings
 
     check_settings({**out, "security.protocol": "SSL"})
 
@@ -212,7 +212,7 @@ def _tmp() -> str:
 
 
 def test_the_temporary_key_file_is_private(pki, monkeypatch):
-    import kafka_eos_ds.kafka.client_settings as cs
+    import kafka_eos_ds.kafka.kafka_python as kp
 
     modes = []
     real = ssl.SSLContext.load_cert_chain
@@ -222,7 +222,7 @@ def test_the_temporary_key_file_is_private(pki, monkeypatch):
         return real(self, path, *a, **k)
 
     monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", spy)
-    cs.to_kafka_python({"bootstrap.servers": "h:1", "security.protocol": "SSL",
+    kp.to_kafka_python({"bootstrap.servers": "h:1", "security.protocol": "SSL",
                         "ssl.certificate.pem": pki["client_pem"], "ssl.key.pem": pki["client_key"]})
     assert modes == [0o600]
 
@@ -302,48 +302,6 @@ def test_the_sink_metadata_client_is_built_with_every_security_setting(monkeypat
     assert {k: built[0][k] for k in SECURED} == SECURED
 
 
-# -- errors ---------------------------------------------------------------------------------
-
-
-def test_authentication_failures_are_named_and_not_retriable():
-    from confluent_kafka import KafkaError, KafkaException
-
-    for code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
-        err = client_error("list topics", KafkaException(KafkaError(code, "SASL authentication error: bad")),
-                           {"bootstrap.servers": "h:1"})
-        assert isinstance(err, KafkaClientError) and not err.retriable
-        assert "authentication failed: check kafka.sasl.jaas.config" in str(err)
-        assert "reach" not in str(err)
-    err = client_error("x", KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
-    assert "not authorized" in str(err) and not err.retriable
-
-
-def test_a_timeout_after_an_authentication_error_reports_the_authentication_error():
-    from confluent_kafka import KafkaError, KafkaException
-
-    conf = client_config({"bootstrap.servers": "h:1"}, "sink_metadata")
-    conf["error_cb"](KafkaError(KafkaError._AUTHENTICATION, "SASL SCRAM authentication failed"))
-    err = client_error("list topics", KafkaException(KafkaError(KafkaError._TRANSPORT, "transport")), conf)
-    assert "authentication failed" in str(err) and not err.retriable
-
-
-def test_an_unreachable_cluster_is_retriable():
-    from confluent_kafka import KafkaError, KafkaException
-
-    err = client_error("list topics", KafkaException(KafkaError(KafkaError._TRANSPORT, "down")),
-                       {"bootstrap.servers": "h:1"})
-    assert "cannot reach Kafka at h:1" in str(err) and err.retriable
-
-
-def test_kafka_python_errors_are_translated():
-    import kafka.errors as kerrors
-
-    err = client_error("connect", kerrors.SaslAuthenticationFailedError("bad"), {})
-    assert "authentication failed" in str(err) and not err.retriable
-    err = client_error("connect", kerrors.KafkaConnectionError("refused"), {"bootstrap.servers": "h:1"})
-    assert "cannot reach Kafka at h:1" in str(err) and err.retriable
-
-
 # -- secrets ------------------------------------------------------------------------------------
 
 SECRETS = {
@@ -367,7 +325,7 @@ def test_client_params_print_without_secrets():
 
 
 def test_librdkafka_logs_go_to_python_logging():
-    from kafka_eos_ds.kafka.config import LIBRDKAFKA_LOGGER, logged
+    from kafka_eos_ds.kafka.settings import LIBRDKAFKA_LOGGER, logged
 
     conf = logged({"bootstrap.servers": "h:9092"})
     assert conf == {"bootstrap.servers": "h:9092", "logger": LIBRDKAFKA_LOGGER}
@@ -378,7 +336,7 @@ def test_librdkafka_logs_go_to_python_logging():
 
 
 def test_properties_files_are_read_as_java_reads_them(tmp_path):
-    from kafka_eos_ds.kafka.java_settings import read_properties
+    from kafka_eos_ds.cli import read_properties
 
     path = tmp_path / "client.properties"
     path.write_text("# a comment\n! another\nsecurity.protocol=SASL_SSL\nsasl.mechanism : SCRAM-SHA-256\n"
@@ -406,46 +364,7 @@ def test_the_transactions_cli_takes_x_settings_and_a_command_config(tmp_path, mo
     assert cli.main(["transactions", "list", "--bootstrap", "h:1", "--prefix", "etl", "-X", "bogus.key=1"]) == 2
 
 
-def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
-    """A TLS client against a listener that does not speak TLS: the driver's metadata call
-    only times out, the reason reaches librdkafka's error callback."""
-    import socket
-    import threading
-
-    from kafka_eos_ds.sink import kafka_sink as driver
-
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(30)
-
-    def answer_in_plain_text():
-        try:
-            while True:
-                conn, _ = server.accept()
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 8)
-                conn.close()
-        except OSError:
-            return  # the server socket was closed
-
-    threading.Thread(target=answer_in_plain_text, daemon=True).start()
-
-    class Config:
-        producer = ClientParams({"bootstrap.servers": f"127.0.0.1:{server.getsockname()[1]}",
-                                 "security.protocol": "SSL"})
-
-    try:
-        with pytest.raises(KafkaClientError) as failure:
-            driver.cluster_metadata(Config())  # type: ignore[arg-type]
-    finally:
-        server.close()
-    assert "TLS handshake failed" in str(failure.value) and "reach" not in str(failure.value)
-    assert not failure.value.retriable
-
-
 def test_unsecured_oauthbearer_jwt_becomes_librdkafkas_unsecure_jwt():
-    from kafka_eos_ds.kafka.java_settings import translate
-
     out = translate({"bootstrap.servers": "b:9092", "security.protocol": "SASL_PLAINTEXT",
                      "sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config":
                      'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
@@ -456,8 +375,6 @@ def test_unsecured_oauthbearer_jwt_becomes_librdkafkas_unsecure_jwt():
 
 
 def test_socket_buffer_sizes_get_librdkafkas_names():
-    from kafka_eos_ds.kafka.java_settings import translate
-
     out = translate({"bootstrap.servers": "b:9092", "receive.buffer.bytes": "65536", "send.buffer.bytes": "131072"})
     assert (out["socket.receive.buffer.bytes"], out["socket.send.buffer.bytes"]) == ("65536", "131072")
     assert "receive.buffer.bytes" not in out and "send.buffer.bytes" not in out
@@ -466,7 +383,5 @@ def test_socket_buffer_sizes_get_librdkafkas_names():
 @pytest.mark.parametrize("key, option", [("max.poll.records", "arrowBatchRecords"),
                                          ("default.api.timeout.ms", "kafkaConsumer.pollTimeoutMs")])
 def test_java_consumer_limits_are_refused_naming_the_source_option(key, option):
-    from kafka_eos_ds.kafka.java_settings import translate
-
     with pytest.raises(ConfigError, match=f"'kafka.{key}'.*'{option}'"):
         translate({"bootstrap.servers": "b:9092", key: "10"})

@@ -271,21 +271,16 @@ def test_batch_overwrite_is_refused_as_in_the_builtin():
         batch_writer(SCHEMA, OPTS, overwrite=True)
 
 
-def test_the_coordinator_client_takes_the_users_client_id(monkeypatch):
+def test_the_coordinator_client_takes_the_users_client_id():
     """kafka.client.id once made the coordinator client fail with "got multiple values
     for keyword argument 'client_id'"."""
-    import kafka.admin
-
     built = []
 
-    class FakeAdmin:
-        def __init__(self, **kwargs):
-            built.append(kwargs)
+    def admin(**settings):
+        built.append(settings)
 
-    monkeypatch.setattr(kafka.admin, "KafkaAdminClient", FakeAdmin)
-    monkeypatch.setattr(c, "CoordinatorChannel", lambda admin: None)
-    c.TransactionCoordinator({"bootstrap.servers": "b:9092", "client.id": "mine"})
-    c.TransactionCoordinator({"bootstrap.servers": "b:9092"})
+    for conf in ({"bootstrap.servers": "b:9092", "client.id": "mine"}, {"bootstrap.servers": "b:9092"}):
+        c.TransactionCoordinator(conf, admin_factory=admin, channel_factory=lambda client: None)
     assert [b["client_id"] for b in built] == ["mine", "kafka-eos-coordinator"]
 
 
@@ -374,7 +369,8 @@ def test_task_producer_log_keeps_why_the_transaction_failed(caplog):
     from confluent_kafka import KafkaError
     from confluent_kafka import Producer as RealProducer
 
-    from kafka_eos_ds.sink.task_writer import _delivery_error, _TxnLog
+    from kafka_eos_ds.kafka.errors import producer_error
+    from kafka_eos_ds.sink.task_writer import _TxnLog
 
     log = _TxnLog()
     producer = RealProducer({"bootstrap.servers": "127.0.0.1:1", "logger": log, "debug": "broker",
@@ -385,8 +381,10 @@ def test_task_producer_log_keeps_why_the_transaction_failed(caplog):
     log.log(logging.ERROR, "%s [%s] %s", "TXNERR", "rdkafka#producer-1",
             "Current transaction failed in state InTransaction: Failed to add partition(s) to transaction: "
             "Broker: Topic authorization failed (TOPIC_AUTHORIZATION_FAILED)")
-    cfg = SinkConfig.from_options(OPTS, SCHEMA)
-    error = _delivery_error(KafkaError(KafkaError._PURGE_QUEUE), "out", 100, cfg, txn_failure=log.failure)
+    conf = SinkConfig.from_options(OPTS, SCHEMA).producer
+    error = producer_error(KafkaError(KafkaError._PURGE_QUEUE), conf, topic="out", undelivered=100,
+                           txn_failure=log.failure)
     assert "TOPIC_AUTHORIZATION_FAILED" in str(error) and "grant" in str(error) and not error.retriable
-    other = _delivery_error(KafkaError(KafkaError._PURGE_QUEUE), "out", 100, cfg, txn_failure="Broker: boom")
+    other = producer_error(KafkaError(KafkaError._PURGE_QUEUE), conf, topic="out", undelivered=100,
+                           txn_failure="Broker: boom")
     assert "the transaction failed: Broker: boom" in str(other)

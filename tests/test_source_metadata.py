@@ -12,11 +12,11 @@ from kafka_eos_ds.source.options import SourceOptions
 
 
 def metadata(topics: dict[str, int], **options) -> KafkaMetadata:
-    meta = KafkaMetadata(SourceOptions.from_spark({"kafka.bootstrap.servers": "h:1", **options}, streaming=True))
     listing = SimpleNamespace(topics={name: SimpleNamespace(error=None, partitions=dict.fromkeys(range(n)))
                                       for name, n in topics.items()})
-    meta._admin = SimpleNamespace(list_topics=lambda timeout: listing)
-    return meta
+    admin = SimpleNamespace(list_topics=lambda timeout: listing)
+    return KafkaMetadata(SourceOptions.from_spark({"kafka.bootstrap.servers": "h:1", **options}, streaming=True),
+                         admin_factory=lambda conf: admin)
 
 
 def test_pattern_excludes_only_internal_topics():
@@ -35,8 +35,6 @@ def test_committed_offsets_are_asked_again_while_the_groups_coordinator_moves(mo
     """A fresh broker answered the first lookup with NOT_COORDINATOR, which failed the query."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-    meta = KafkaMetadata(SourceOptions.from_spark({"kafka.bootstrap.servers": "h:1", "subscribe": "a"},
-                                                  streaming=True))
     answers = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)),
                KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)),
                [TopicPartition("a", 0, 42), TopicPartition("a", 1, -1001)]]
@@ -48,8 +46,8 @@ def test_committed_offsets_are_asked_again_while_the_groups_coordinator_moves(mo
                 raise answer
             return answer
 
-    monkeypatch.setattr(meta, "consumer", lambda: Consumer())
-    meta._consumer_conf = {"bootstrap.servers": "h:1"}
+    meta = KafkaMetadata(SourceOptions.from_spark({"kafka.bootstrap.servers": "h:1", "subscribe": "a"},
+                                                  streaming=True), consumer_factory=lambda conf: Consumer())
     monkeypatch.setattr("time.sleep", lambda s: None)
     assert meta.committed([("a", 0), ("a", 1)]) == {("a", 0): 42, ("a", 1): None}
     assert answers == []

@@ -1,4 +1,6 @@
-"""Kafka client adapters shared by the source and the sink: the one boundary every client
-is built through (:mod:`.client_settings`, with the Java client's settings translated in
-:mod:`.java_settings`) and the transaction-coordinator calls librdkafka lacks
-(:mod:`.coordinator`, on kafka-python)."""
+"""Kafka client adapters shared by the source and the sink, one module per thing that
+flows through them: client settings (:mod:`.settings`, with the Java client's settings
+translated in :mod:`.java_settings` and PKCS#12 stores converted in :mod:`.tls`), client
+errors (:mod:`.errors`, the one place they become the project's), the kafka-python client
+(:mod:`.kafka_python`) and the transaction-coordinator calls librdkafka lacks
+(:mod:`.coordinator`)."""

@@ -9,20 +9,24 @@ sendOffsetsToTransaction sends). EndTxn stays at v4 and InitProducerId at v4:
 librdkafka speaks transaction protocol v1, and newer versions change the semantics
 (Kafka 4's transaction version 2 bumps the epoch per transaction; KIP-939 fields).
 
-All kafka-python errors are translated here, at this one boundary; its private API is
-reached only through :mod:`.kafka_python`, which checks the installed version.
+kafka-python's errors become the project's through :mod:`.errors` (its retriable
+classes stay retriable; anything else that is raised propagates, not retriable); its
+private API is reached only through :mod:`.kafka_python`, which checks the installed
+version.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
-from kafka_eos_ds.kafka.client_settings import client_error, to_kafka_python
-from kafka_eos_ds.kafka.kafka_python import CoordinatorChannel
+from kafka_eos_ds.kafka.clients import ChannelLike, CoordinatorAdminLike
+from kafka_eos_ds.kafka.errors import mapping_client_errors
+from kafka_eos_ds.kafka.kafka_python import CoordinatorChannel, to_kafka_python
 
 # Kafka error codes the sink reasons about (org.apache.kafka.common.protocol.Errors).
 NONE = 0
@@ -96,20 +100,26 @@ class TransactionCoordinator:
     ----------
     conf : Mapping
         librdkafka-style client settings (``bootstrap.servers``, security settings).
+    admin_factory : callable, optional
+        Builds the client from kafka-python keyword settings (default: kafka-python's
+        ``KafkaAdminClient``).
+    channel_factory : callable, optional
+        Builds the channel to the coordinators over that client (default:
+        :class:`~kafka_eos_ds.kafka.kafka_python.CoordinatorChannel`).
     """
 
-    def __init__(self, conf: Mapping[str, Any]) -> None:
-        from kafka.admin import KafkaAdminClient
+    def __init__(self, conf: Mapping[str, Any], *, admin_factory: Optional[Callable[..., CoordinatorAdminLike]] = None,
+                 channel_factory: Callable[[Any], ChannelLike] = CoordinatorChannel) -> None:
+        if admin_factory is None:
+            from kafka.admin import KafkaAdminClient
 
+            admin_factory = KafkaAdminClient
         # The coordinator's own client id unless the user set one (kafka.client.id).
         settings = {"client_id": "kafka-eos-coordinator", **to_kafka_python(conf)}
-        try:
-            self._admin = KafkaAdminClient(**settings)
-        except ConfigError:
-            raise
-        except Exception as exc:  # kafka-python raises its own and socket errors
-            raise client_error("connect the transaction-coordinator client", exc, conf) from exc
-        self._channel = CoordinatorChannel(self._admin)
+        self._conf = conf  # for errors: the servers to name, the secrets to hide
+        with mapping_client_errors("connect the transaction-coordinator client", conf):
+            self._admin = admin_factory(**settings)
+        self._channel = channel_factory(self._admin)
 
     def close(self) -> None:
         try:
@@ -129,10 +139,11 @@ class TransactionCoordinator:
         """Send ``request`` to the transaction coordinator of ``transactional_id`` (or, with
         ``group``, to the group coordinator of the group of that name)."""
         try:
-            response = self._channel.send(transactional_id, request, group=group)
-        except Exception as exc:
-            self._channel.forget(transactional_id, group=group)
-            raise KafkaClientError(f"Coordinator call for {transactional_id} failed: {exc}", retriable=True) from exc
+            with mapping_client_errors(f"Coordinator call for {transactional_id} failed", self._conf):
+                response = self._channel.send(transactional_id, request, group=group)
+        except Exception:
+            self._channel.forget(transactional_id, group=group)  # it may have moved
+            raise
         if getattr(response, "error_code", NONE) in _MOVED:
             self._channel.forget(transactional_id, group=group)
         return response
@@ -177,21 +188,16 @@ class TransactionCoordinator:
 
         request = {TopicPartition(t, int(p)): OffsetAndMetadata(int(o), "", None)
                    for t, parts in offsets.items() for p, o in parts.items()}
-        try:
+        with mapping_client_errors(f"Committing offsets to group {group_id!r} failed", self._conf):
             result = self._admin.alter_group_offsets(group_id, request)
-        except Exception as exc:
-            raise KafkaClientError(f"Committing offsets to group {group_id!r} failed: {exc}", retriable=True) from exc
         for tp, error in result.items():
             code = int(getattr(error, "errno", NONE) or NONE)
             self._raise_for(code, f"OffsetCommit(group {group_id!r}, {tp.topic}-{tp.partition})")
 
     def group_offsets(self, group_id: str) -> dict[str, dict[str, int]]:
         """The committed offsets of ``group_id`` (``{"topic": {"partition": offset}}``; empty if none)."""
-        try:
+        with mapping_client_errors(f"Reading the offsets of group {group_id!r} failed", self._conf):
             found = self._admin.list_group_offsets(group_id).get(group_id, {})
-        except Exception as exc:
-            raise KafkaClientError(f"Reading the offsets of group {group_id!r} failed: {exc}",
-                                   retriable=getattr(exc, "retriable", True)) from exc
         out: dict[str, dict[str, int]] = {}
         for tp, meta in found.items():
             if meta.offset is not None and meta.offset >= 0:
@@ -248,41 +254,35 @@ class TransactionCoordinator:
 
     def describe(self, transactional_id: str) -> Optional[TxnState]:
         """The coordinator's state of one id, or None if it does not know the id."""
-        import kafka.errors as kerrors
-
-        try:
-            found = self._admin.describe_transactions([transactional_id])
-        except kerrors.TransactionalIdNotFoundError:
-            return None
-        except kerrors.KafkaError as exc:
-            self._channel.forget(transactional_id, group=False)
-            raise KafkaClientError(f"DescribeTransactions({transactional_id}) failed: {exc}",
-                                   retriable=getattr(exc, "retriable", True)) from exc
-        except Exception as exc:
-            raise KafkaClientError(f"DescribeTransactions({transactional_id}) failed: {exc}", retriable=True) from exc
-        desc = found.get(transactional_id)
+        found = self._describe([transactional_id], transactional_id)
+        desc = None if found is None else found.get(transactional_id)
         return None if desc is None else _txn_state(transactional_id, desc)
 
     def describe_many(self, transactional_ids: Sequence[str]) -> dict[str, Optional[TxnState]]:
         """The coordinators' states of several ids: one DescribeTransactions per coordinator
         (one per id only when some id is unknown, to tell which)."""
-        import kafka.errors as kerrors
-
         ids = list(dict.fromkeys(transactional_ids))
         if not ids:
             return {}
-        try:
-            found = self._admin.describe_transactions(ids)
-        except kerrors.TransactionalIdNotFoundError:
+        found = self._describe(ids, f"{len(ids)} ids")
+        if found is None:
             return {tid: self.describe(tid) for tid in ids}
-        except kerrors.KafkaError as exc:
-            for tid in ids:
-                self._channel.forget(tid, group=False)
-            raise KafkaClientError(f"DescribeTransactions({len(ids)} ids) failed: {exc}",
-                                   retriable=getattr(exc, "retriable", True)) from exc
-        except Exception as exc:
-            raise KafkaClientError(f"DescribeTransactions({len(ids)} ids) failed: {exc}", retriable=True) from exc
         return {tid: (_txn_state(tid, found[tid]) if tid in found else None) for tid in ids}
+
+    def _describe(self, ids: list[str], shown: str) -> Optional[dict[str, Any]]:
+        """DescribeTransactions of ``ids``; None if the coordinator does not know one of them."""
+        import kafka.errors as kerrors
+
+        try:
+            with mapping_client_errors(f"DescribeTransactions({shown}) failed", self._conf):
+                try:
+                    return dict(self._admin.describe_transactions(ids))
+                except kerrors.TransactionalIdNotFoundError:
+                    return None
+        except KafkaClientError:
+            for tid in ids:
+                self._channel.forget(tid, group=False)  # the coordinator may have moved
+            raise
 
     def list_transactions(self, id_regex: Optional[str] = None, open_only: bool = True) -> list[tuple[str, int, str]]:
         """``(transactional_id, producer_id, state)`` of every coordinator's transactions.
@@ -290,21 +290,13 @@ class TransactionCoordinator:
         The id filter is sent to brokers that support it (Kafka 4.1+, KIP-1152) and is
         applied here for older brokers (3.9 lists everything).
         """
-        import re
-
-        import kafka.errors as kerrors
         from kafka.protocol.admin.transactions import ListTransactionsRequest
 
         states = [s.value for s in OPEN_STATES] if open_only else None
         use_pattern = id_regex is not None and self._channel.api_version(ListTransactionsRequest) >= 2
-        try:
+        with mapping_client_errors("ListTransactions failed", self._conf):
             by_broker = self._admin.list_transactions(state_filters=states,
                                                       transactional_id_pattern=id_regex if use_pattern else None)
-        except kerrors.KafkaError as exc:
-            raise KafkaClientError(f"ListTransactions failed: {exc}",
-                                   retriable=getattr(exc, "retriable", True)) from exc
-        except Exception as exc:
-            raise KafkaClientError(f"ListTransactions failed: {exc}", retriable=True) from exc
         rx = re.compile(id_regex) if id_regex else None
         out = {}
         for listings in by_broker.values():

@@ -14,6 +14,7 @@ import re
 from typing import Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka.tls import pkcs12_certificates
 
 # Java key -> librdkafka key with the same meaning and unit.
 _RENAMED = {
@@ -309,76 +310,9 @@ def _keystore(out: dict[str, str], java: dict[str, str]) -> None:
             _put(out, "ssl.keystore.password", password, "ssl.keystore.password")
 
 
-def pkcs12_certificates(location: str, password: Optional[str]) -> str:
-    """The certificates of a PKCS#12 trust store as PEM text."""
-    return pkcs12_to_pem(location, password, "kafka.ssl.truststore", keys=False)
-
-
-def pkcs12_to_pem(location: str, password: Optional[str], option: str, *, keys: bool) -> str:
-    """A PKCS#12 file as PEM text: its certificates, and with ``keys`` its private key
-    (unencrypted: the caller keeps it in memory or in a 0600 file).
-
-    Converted by the ``openssl`` command (the project does not depend on a crypto
-    package); the password travels in the environment, never on the command line.
-    """
-    import shutil
-    import subprocess
-
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise ConfigError(f"Option '{option}.location' is a PKCS12 file, which kafka_eos converts with the "
-                          "'openssl' command; install OpenSSL on this machine, or convert the store to PEM "
-                          f"(openssl pkcs12 -in store.p12 -out store.pem) and pass that file.")
-    env = {"PATH": "/usr/bin:/bin", "KAFKA_EOS_P12_PASSWORD": password or ""}
-    base = [openssl, "pkcs12", "-in", location, "-passin", "env:KAFKA_EOS_P12_PASSWORD"]
-    base += ["-nodes"] if keys else ["-nokeys"]
-    for extra in ([], ["-legacy"]):  # stores written by older keytools use RC2 (OpenSSL 3 "legacy")
-        done = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=30)
-        if done.returncode == 0 and "-----BEGIN CERTIFICATE-----" in done.stdout:
-            return _pem_blocks(done.stdout)
-    raise ConfigError(f"Option '{option}.location': {location!r} could not be read as PKCS12 (wrong "
-                      f"'{option}.password'?).")
-
-
-def _pem_blocks(text: str) -> str:
-    # openssl prints "Bag Attributes" lines between the blocks; keep the blocks only.
-    found = re.finditer(r"-----BEGIN ([A-Z ]+)-----.*?-----END \1-----", text, re.DOTALL)
-    return "".join(m.group(0) + "\n" for m in found)
-
-
 def _endpoint_identification(out: dict[str, str]) -> None:
     # Java turns host-name checking off with an empty value; librdkafka with "none".
     for k in list(out):
         if k.lower() == "ssl.endpoint.identification.algorithm":
             value = out[k].strip().lower()
             out[k] = value or "none"
-
-
-def read_properties(path: str) -> dict[str, str]:
-    """A Java properties file (Kafka tools' ``--command-config``): ``key=value``,
-    ``key: value`` or ``key value`` lines, ``#``/``!`` comments, a trailing backslash
-    continuing a line, backslash escapes."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"Cannot read the client settings file {path!r}: {exc.strerror}.") from None
-    out: dict[str, str] = {}
-    pending = ""
-    for raw in lines:
-        line = pending + (raw.lstrip() if pending else raw.strip())
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:  # an odd number of trailing backslashes
-            pending = line[:-1]
-            continue
-        pending = ""
-        split = re.match(r"((?:[^\\=:\s]|\\.)+)\s*[=:\s]\s*(.*)$", line)
-        key, value = (split.group(1), split.group(2)) if split else (line, "")
-        out[_unescape(key)] = _unescape(value)
-    return out
-
-
-def _unescape(text: str) -> str:
-    named = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-    return re.sub(r"\\(.)", lambda m: named.get(m.group(1), m.group(1)), text)

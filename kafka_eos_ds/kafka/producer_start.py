@@ -10,10 +10,10 @@ the bootstrap server, the second connects a broker it learned, which stays up.
 
 from __future__ import annotations
 
-from typing import Any
+from kafka_eos_ds.kafka.clients import ProducerLike
 
 
-def init_transactions(producer: Any, topic: str, timeout: float = 60.0) -> None:
+def init_transactions(producer: ProducerLike, topic: str, timeout: float = 60.0) -> None:
     """Connect ``producer`` (metadata of ``topic``, a topic known to exist: a missing one
     could be auto-created), then ``init_transactions(timeout)``. The connecting is best
     effort: ``init_transactions()`` reports a cluster that does not answer."""

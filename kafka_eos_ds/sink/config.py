@@ -13,7 +13,8 @@ from typing import Any, Mapping, Optional
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka.client_settings import check_settings, to_kafka_python
+from kafka_eos_ds.kafka.kafka_python import to_kafka_python
+from kafka_eos_ds.kafka.settings import check_settings
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC

@@ -33,8 +33,9 @@ import zlib
 from typing import Any, Callable, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.client_settings import client_config, redact
+from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
+from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DECIDED, Decision
@@ -120,10 +121,10 @@ class KafkaDecisionLog:
             else:
                 partitions = len(existing.partitions)
         except KafkaException as exc:
-            raise KafkaClientError(
+            raise client_error(
                 f"Cannot create or read the commit-log topic '{self.topic}' (option 'commitLogTopic') at "
-                f"{redact(self._conf).get('bootstrap.servers')}: {exc}. The sink needs to create it or be "
-                "allowed to describe and write it.", retriable=True) from exc
+                f"{redact(self._conf).get('bootstrap.servers')}", exc, self._conf,
+                fix="The sink needs to create it or be allowed to describe and write it.") from exc
         self._partitions = partitions
         return partitions
 
@@ -144,8 +145,8 @@ class KafkaDecisionLog:
             # Connected first: a new writer starts in every driver step (producer_start).
             init_transactions(producer, self.topic)
         except KafkaException as exc:
-            raise KafkaClientError(f"Cannot start the commit-log writer of '{self.prefix}' on '{self.topic}': "
-                                   f"{exc}", retriable=exc.args[0].retriable()) from exc
+            raise client_error(f"Cannot start the commit-log writer of '{self.prefix}' on '{self.topic}'", exc,
+                               self._conf) from exc
         self._producer = producer
 
     def write(self, key: str, decision: Decision) -> None:
@@ -177,13 +178,12 @@ class KafkaDecisionLog:
                 # Fenced by a newer producer (another driver of this writer), or fatal: this
                 # write never becomes visible and this driver must not go on.
                 self._producer = None
-                raise KafkaClientError(
-                    f"Writing the commit decision of '{self.prefix}' to '{self.topic}' failed: {error}. Another "
-                    "driver of this sink took over its commit log; this one stops.", retriable=False) from exc
-            # Retriable: the outcome is settled by the next writer's init_transactions.
+                raise client_error(
+                    f"Writing the commit decision of '{self.prefix}' to '{self.topic}' failed", exc, self._conf,
+                    fix="Another driver of this sink took over its commit log; this one stops.") from exc
+            # Retriable (or abortable): the outcome is settled by the next writer's init_transactions.
             self._producer = None
-            raise KafkaClientError(f"Writing the commit decision to '{self.topic}' failed: {error}",
-                                   retriable=True) from exc
+            raise client_error(f"Writing the commit decision to '{self.topic}' failed", exc, self._conf) from exc
 
     # -- read ---------------------------------------------------------------
 
@@ -265,7 +265,7 @@ class KafkaDecisionLog:
             self._partition = hashed
             return None
         except KafkaException as exc:
-            raise KafkaClientError(f"Reading the commit log '{self.topic}' failed: {exc}", retriable=True) from exc
+            raise client_error(f"Reading the commit log '{self.topic}' failed", exc, self._conf) from exc
 
     def _decode(self, record_key: bytes, value: bytes) -> Decision:
         try:
@@ -323,7 +323,7 @@ class KafkaDecisionLog:
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     return records
-                raise KafkaClientError(f"Reading the commit log '{self.topic}' failed: {msg.error()}", retriable=True)
+                raise client_error(f"Reading the commit log '{self.topic}' failed", msg.error(), self._conf)
             if msg.offset() >= end:
                 return records
             records.append((msg.offset(), msg.key() or b"", msg.value(), msg.timestamp()[1]))

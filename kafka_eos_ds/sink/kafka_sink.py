@@ -19,8 +19,9 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
-from kafka_eos_ds.kafka.client_settings import client_config, client_error
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+from kafka_eos_ds.kafka.errors import AuthWatch, mapping_client_errors
+from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink import source_progress
 from kafka_eos_ds.sink.config import SinkConfig
@@ -189,15 +190,13 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
 
 def cluster_metadata(config: SinkConfig) -> Any:
     """The cluster's topics and brokers (confluent-kafka ClusterMetadata)."""
-    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    conf = client_config(config.producer, "sink_metadata")
+    watch = AuthWatch()
+    conf = client_config(config.producer, "sink_metadata", error_cb=watch)
     admin = AdminClient(conf)
-    try:
+    with mapping_client_errors("read the cluster's topics", conf, watch=watch, client=admin):
         # All topics, not the one topic: a metadata request naming it could auto-create it.
         return admin.list_topics(timeout=15)
-    except KafkaException as exc:
-        raise client_error("read the cluster's topics", exc, conf, admin) from exc
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import threading
 from itertools import islice, repeat
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Optional
 
-from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionFencedError
-from kafka_eos_ds.kafka.client_settings import LIBRDKAFKA_LOGGER, client_config, client_error
+from kafka_eos_ds.errors import ConfigError, KafkaClientError
+from kafka_eos_ds.kafka.errors import AuthWatch, producer_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
+from kafka_eos_ds.kafka.settings import LIBRDKAFKA_LOGGER, client_config
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
@@ -112,8 +113,9 @@ class _PartitionWriter:
     def _open(self) -> None:
         from confluent_kafka import KafkaException, Producer
 
+        self.watch = AuthWatch()  # the producer's error callback: the authentication or TLS error behind a failure
         fixed: dict[str, Any] = {"enable.idempotence": self.config.idempotent, "delivery.report.only.error": True,
-                                 "on_delivery": self.delivery}
+                                 "on_delivery": self.delivery, "error_cb": self.watch}
         if self.config.exactly_once:
             fixed.update({"transactional.id": self.transactional_id,
                           "transaction.timeout.ms": self.config.transaction_timeout_ms,
@@ -125,7 +127,7 @@ class _PartitionWriter:
                 init_transactions(self.producer, self.config.topic or self.config.commit_log_topic)
                 self.producer.begin_transaction()
         except KafkaException as exc:
-            raise _translate(exc, self.config, conf=self.conf, producer=self.producer) from exc
+            raise producer_error(exc.args[0], self.conf, watch=self.watch, client=self.producer) from exc
 
     def _await_producer_id(self) -> None:
         for _ in range(200):
@@ -154,8 +156,8 @@ class _PartitionWriter:
         if self.delivery.errors:
             self.producer.poll(0)  # serve the log line that says why, if it is still queued
             err, topic = self.delivery.first()
-            raise _delivery_error(err, topic, len(self.delivery.errors), self.config, self.conf, self.producer,
-                                  self.txn_log.failure)
+            raise producer_error(err, self.conf, topic=topic, undelivered=len(self.delivery.errors),
+                                 txn_failure=self.txn_log.failure, watch=self.watch, client=self.producer)
         if self.config.exactly_once:
             # Awaited only now, so the statistics interval passes while the task writes.
             self._await_producer_id()
@@ -194,7 +196,8 @@ class _PartitionWriter:
                 # drains in a few milliseconds.
                 self.producer.poll(0.005)
             except KafkaException as exc:
-                raise _translate(exc, self.config, topic, self.conf, self.producer) from exc
+                raise producer_error(exc.args[0], self.conf, topic=topic, watch=self.watch, client=self.producer) \
+                    from exc
 
     def _write_arrow(self, batch: Any) -> None:
         n = batch.num_rows
@@ -274,56 +277,3 @@ def _immutable(data: Any) -> Any:
     # Rows (pyspark 4.0's writer path) carry binary columns as bytearray, which the
     # producer refuses; Arrow batches give bytes.
     return bytes(data) if isinstance(data, bytearray) else data
-
-
-def _translate(exc: Any, config: SinkConfig, topic: Optional[str] = None, conf: Any = None,
-               producer: Any = None) -> Exception:
-    from confluent_kafka import KafkaError
-
-    err: Any = exc.args[0] if exc.args else None
-    code = err.code() if hasattr(err, "code") else None
-    if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
-        return ConfigError(f"The broker refused transaction.timeout.ms={config.transaction_timeout_ms}: set the sink "
-                           "option 'kafka.transaction.timeout.ms' at or below the broker's "
-                           "'transaction.max.timeout.ms' (default 900000).")
-    if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
-        return TransactionFencedError(f"A newer producer took over this task's transactional id: {err}")
-    if code == KafkaError.MSG_SIZE_TOO_LARGE:
-        return _too_large(topic, config)
-    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
-        return ConfigError(f"Topic {topic!r} does not exist; create it first (option 'topic' / column 'topic').")
-    return client_error("Kafka producer", exc, conf or config.producer, producer)
-
-
-def _too_large(topic: Optional[str], config: SinkConfig) -> Exception:
-    return KafkaClientError(f"A record is larger than Kafka accepts for topic {topic!r}: raise the topic's "
-                            "'max.message.bytes' (broker 'message.max.bytes') and the sink option "
-                            "'kafka.message.max.bytes' together, or write smaller records.")
-
-
-def _delivery_error(err: Any, topic: Optional[str], count: int, config: SinkConfig,
-                    conf: Optional[Mapping[str, Any]] = None, producer: Any = None,
-                    txn_failure: Optional[str] = None) -> Exception:
-    from confluent_kafka import KafkaError
-
-    code = err.code()
-    if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
-        return _too_large(topic, config)
-    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-        return ConfigError(f"Topic {topic!r} (or the requested partition) does not exist; create it first "
-                           "(option 'topic' / columns 'topic', 'partition').")
-    if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
-        return TransactionFencedError(f"A newer producer took over this task's transactional id: {err}")
-    if code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT) and txn_failure:
-        if "TOPIC_AUTHORIZATION_FAILED" in txn_failure or "Topic authorization failed" in txn_failure:
-            code = KafkaError.TOPIC_AUTHORIZATION_FAILED
-        else:
-            return KafkaClientError(f"{count} record(s) were not delivered to Kafka: the transaction failed: "
-                                    f"{txn_failure}", retriable=True)
-    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        return KafkaClientError(f"Not authorized to write to topic {topic!r} (TOPIC_AUTHORIZATION_FAILED): grant the "
-                                "principal WRITE and DESCRIBE on it (Kafka ACLs).", retriable=False)
-    from confluent_kafka import KafkaException
-
-    return client_error(f"{count} record(s) were not delivered to Kafka; first error", KafkaException(err),
-                        conf if conf is not None else config.producer, producer)

@@ -11,8 +11,9 @@ a group that other, active consumers use rejects it — give the query its own g
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Optional
 
+from kafka_eos_ds.kafka.clients import ConsumerLike
 from kafka_eos_ds.source.offsets import Offsets
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ class GroupOffsetCommitter:
         self.group_id = group_id
         self.last_error: Optional[str] = None
 
-    def commit(self, consumer: Any, offsets: Offsets) -> bool:
+    def commit(self, consumer: ConsumerLike, offsets: Offsets) -> bool:
         from confluent_kafka import TopicPartition
 
         if not offsets:

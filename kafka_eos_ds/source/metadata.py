@@ -4,17 +4,19 @@ One :class:`KafkaMetadata` lives in the driver-side reader process. It answers w
 batched ListOffsets request per question (AdminClient.list_offsets), asking with the
 query's isolation level: under ``read_committed`` the "latest" offset Kafka returns is
 the partition's last stable offset, so a range never ends inside an open transaction.
-confluent-kafka errors are translated by :func:`~kafka_eos_ds.kafka.client_settings.client_error`.
+confluent-kafka errors are mapped by :func:`~kafka_eos_ds.kafka.errors.mapping_client_errors`.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
-from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka.client_settings import client_config, client_error, redact
+from kafka_eos_ds.errors import ConfigError, KafkaClientError
+from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike
+from kafka_eos_ds.kafka.errors import AuthWatch, mapping_client_errors
+from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.source.offsets import Offsets, TopicPartitionKey
 from kafka_eos_ds.source.options import SourceOptions, SubscriptionKind
 
@@ -27,35 +29,45 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 
 
 class KafkaMetadata:
-    """Partition discovery and offset look-ups for one source, on the driver."""
+    """Partition discovery and offset look-ups for one source, on the driver.
 
-    def __init__(self, options: SourceOptions) -> None:
+    Its clients are built on first use, from their settings, by ``admin_factory``
+    (confluent-kafka's ``AdminClient`` unless given) and ``consumer_factory``
+    (``Consumer``); unit tests pass fakes.
+    """
+
+    def __init__(self, options: SourceOptions, *, admin_factory: Optional[Callable[[dict], AdminLike]] = None,
+                 consumer_factory: Optional[Callable[[dict], ConsumerLike]] = None) -> None:
         self._options = options
-        self._admin = None
-        self._consumer = None
+        self._admin_factory, self._consumer_factory = admin_factory, consumer_factory
+        self._admin: Optional[AdminLike] = None
+        self._consumer: Optional[ConsumerLike] = None
         self._admin_conf: dict = {}
+        self._consumer_conf: dict = {}
+        # Each client's error callback: the authentication or TLS error behind a failed call.
+        self._admin_watch, self._consumer_watch = AuthWatch(), AuthWatch()
         self._pattern = re.compile(options.subscription.pattern) if options.subscription.pattern else None
 
     # -- clients -----------------------------------------------------------------------
     def _conf(self) -> dict[str, str]:
         return dict(self._options.client_conf)
 
-    def admin(self):
+    def admin(self) -> AdminLike:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
             self._admin_conf = client_config({k: v for k, v in self._conf().items() if k != "isolation.level"},
-                                             "source_metadata")
-            self._admin = _client(AdminClient, self._admin_conf)
+                                             "source_metadata", error_cb=self._admin_watch)
+            self._admin = _client(self._admin_factory or AdminClient, self._admin_conf)
         return self._admin
 
-    def consumer(self):
+    def consumer(self) -> ConsumerLike:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
             self._consumer_conf = client_config(self._conf(), "source_metadata", **{
-                "group.id": self._options.group_id, "enable.auto.commit": False})
-            self._consumer = _client(Consumer, self._consumer_conf)
+                "group.id": self._options.group_id, "enable.auto.commit": False, "error_cb": self._consumer_watch})
+            self._consumer = _client(self._consumer_factory or Consumer, self._consumer_conf)
         return self._consumer
 
     def close(self) -> None:
@@ -70,10 +82,9 @@ class KafkaMetadata:
     def partitions(self) -> set[TopicPartitionKey]:
         """The topic-partitions the subscription covers now (missing topics give none)."""
         sub = self._options.subscription
-        try:
-            topics = self.admin().list_topics(timeout=_TIMEOUT_S).topics
-        except Exception as exc:
-            raise client_error("list topics", exc, self._admin_conf, self._admin) from exc
+        admin = self.admin()
+        with mapping_client_errors("list topics", self._admin_conf, watch=self._admin_watch, client=admin):
+            topics = admin.list_topics(timeout=_TIMEOUT_S).topics
         found: set[TopicPartitionKey] = set()
         for name, meta in topics.items():
             if meta.error is not None:
@@ -121,12 +132,13 @@ class KafkaMetadata:
         deadline, delay = time.monotonic() + _TIMEOUT_S, 0.1
         while True:
             try:
-                result = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=_TIMEOUT_S)
+                with mapping_client_errors(f"read committed offsets of group {group_id!r}", self._consumer_conf,
+                                           watch=self._consumer_watch):
+                    result = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=_TIMEOUT_S)
                 break
-            except Exception as exc:
-                error = client_error(f"read committed offsets of group {group_id!r}", exc, self._consumer_conf)
-                if not (error.retriable or _coordinator_moving(exc)) or time.monotonic() + delay > deadline:
-                    raise error from exc
+            except KafkaClientError as error:
+                if not (error.retriable or _coordinator_moving(error.__cause__)) or time.monotonic() + delay > deadline:
+                    raise
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
         return {(r.topic, r.partition): (r.offset if r.offset >= 0 else None) for r in result}
@@ -139,22 +151,21 @@ class KafkaMetadata:
         isolation = (IsolationLevel.READ_COMMITTED if self._options.read_committed
                      else IsolationLevel.READ_UNCOMMITTED)
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
-        try:
-            futures = self.admin().list_offsets(request, isolation_level=isolation, request_timeout=_TIMEOUT_S)
+        admin = self.admin()
+        with mapping_client_errors("list offsets", self._admin_conf, watch=self._admin_watch, client=admin):
+            futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=_TIMEOUT_S)
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
-        except Exception as exc:
-            raise client_error("list offsets", exc, self._admin_conf, self._admin) from exc
 
 
-def _coordinator_moving(exc: BaseException) -> bool:
+def _coordinator_moving(exc: Optional[BaseException]) -> bool:
     from confluent_kafka import KafkaError
 
-    err = exc.args[0] if exc.args else None
+    err = exc.args[0] if exc is not None and exc.args else None
     return err is not None and hasattr(err, "code") and err.code() in (
         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
-def _client(factory, conf: dict):
+def _client(factory: Callable[[dict], Any], conf: dict) -> Any:
     from confluent_kafka import KafkaException
 
     try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.kafka.client_settings import ClientParams, check_settings
+from kafka_eos_ds.kafka.settings import ClientParams, check_settings
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.source import offsets as offsets_json
 from kafka_eos_ds.source.offsets import Offsets

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from pyspark.sql.datasource import InputPartition
 
 from kafka_eos_ds.errors import DataLossError
-from kafka_eos_ds.kafka.client_settings import ClientParams
+from kafka_eos_ds.kafka.settings import ClientParams
 from kafka_eos_ds.source.offsets import Offsets
 
 if TYPE_CHECKING:

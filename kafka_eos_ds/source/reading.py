@@ -29,7 +29,9 @@ from itertools import chain
 from typing import Any, Iterator
 
 from kafka_eos_ds.errors import KafkaClientError
-from kafka_eos_ds.kafka.client_settings import client_config, client_error
+from kafka_eos_ds.kafka.clients import ConsumerLike
+from kafka_eos_ds.kafka.errors import client_error, mapping_client_errors
+from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.source.planning import KafkaInputPartition, OffsetRange, ReadConfig, report_data_loss
 from kafka_eos_ds.source.schema import arrow_schema
 
@@ -49,7 +51,7 @@ def read_partition(part: KafkaInputPartition) -> Iterator[Any]:
         consumer.close()
 
 
-def _consumer(config: ReadConfig):
+def _consumer(config: ReadConfig) -> ConsumerLike:
     from confluent_kafka import Consumer
 
     defaults = {
@@ -70,14 +72,12 @@ def _consumer(config: ReadConfig):
         # Fail instead of jumping silently when offsets are gone (failOnDataLoss decides).
         "auto.offset.reset": "error",
     })
-    try:
+    with mapping_client_errors("could not create a Kafka consumer", conf):
         return Consumer(conf)
-    except Exception as exc:
-        raise client_error("could not create a Kafka consumer", exc, conf) from exc
 
 
 class _RangeReader:
-    def __init__(self, consumer: Any, rng: OffsetRange, config: ReadConfig) -> None:
+    def __init__(self, consumer: ConsumerLike, rng: OffsetRange, config: ReadConfig) -> None:
         import numpy as np
         import pyarrow as pa
 
@@ -177,20 +177,18 @@ class _RangeReader:
                              f"{r.until_offset} were being read (topic deleted?).", self.config.fail_on_data_loss)
             return r.until_offset
         if err.fatal() or not err.retriable():
-            raise KafkaClientError(f"reading {r.topic}-{r.partition} at offset {position} failed: {err}",
-                                   retriable=err.retriable())
+            raise client_error(f"reading {r.topic}-{r.partition} at offset {position} failed", err,
+                               self.config.client_conf)
         log.warning("retriable Kafka error reading %s-%s: %s", r.topic, r.partition, err)
         return position
 
     def _watermarks(self) -> tuple[int, int]:
         from confluent_kafka import TopicPartition
 
-        try:
+        with mapping_client_errors(f"could not read watermarks of {self.range.topic}-{self.range.partition}",
+                                   self.config.client_conf):
             return self.consumer.get_watermark_offsets(TopicPartition(self.range.topic, self.range.partition),
                                                        timeout=30, cached=False)
-        except Exception as exc:
-            raise KafkaClientError(f"could not read watermarks of {self.range.topic}-{self.range.partition}: "
-                                   f"{exc}") from exc
 
     def _chunk(self, records: list) -> Any:
         from confluent_kafka import Message

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
@@ -97,6 +97,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         The consumer group the consumed offsets are committed to after every batch (on by
         default) so lag tools see the query's progress.
 
+    The keyword ``metadata_factory`` (``KafkaMetadata`` by default) builds the driver's
+    metadata client from the options; unit tests pass a fake.
+
     Notes
     -----
     Offsets are the Spark checkpoint's; the group commit is for monitoring only and is
@@ -109,11 +112,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ...       .option("subscribe", "orders").load())
     """
 
-    def __init__(self, schema: StructType, options: dict) -> None:
+    def __init__(self, schema: StructType, options: dict, *,
+                 metadata_factory: Callable[[SourceOptions], KafkaMetadata] = KafkaMetadata) -> None:
         self.options = SourceOptions.from_spark(options, streaming=True)
         check_schema(schema, self.options.include_headers)
         if ReadAllAvailable is None:
             _say_once_limits_are_the_readers()
+        self._metadata_factory = metadata_factory
         self._metadata: Optional[KafkaMetadata] = None
         self._committer = GroupOffsetCommitter(self.options.group_id)
         self._target: Optional[Offsets] = None
@@ -132,7 +137,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def metadata(self) -> KafkaMetadata:
         if self._metadata is None:
-            self._metadata = KafkaMetadata(self.options)
+            self._metadata = self._metadata_factory(self.options)
         return self._metadata
 
     # -- offsets -----------------------------------------------------------------------

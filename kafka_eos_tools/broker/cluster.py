@@ -249,7 +249,7 @@ class EmbeddedKafka:
         """Allow ``user`` what a pipeline needs (see :func:`.security.pipeline_acls`)."""
         from confluent_kafka.admin import AdminClient
 
-        from kafka_eos_ds.kafka.config import logged
+        from kafka_eos_ds.kafka.settings import logged
 
         bindings = sec.pipeline_acls(user, read_topics=read_topics, write_topics=write_topics,
                                      describe_topics=describe_topics, groups=groups,

@@ -6,7 +6,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_eos_ds.errors import BrokerError
-from kafka_eos_ds.kafka.config import logged
+from kafka_eos_ds.kafka.settings import logged
 
 READY_TOPIC = "_kafka_eos_ready"
 

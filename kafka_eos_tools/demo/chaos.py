@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafka_eos_ds.kafka.config import logged
+from kafka_eos_ds.kafka.settings import logged
 from kafka_eos_ds.sink.source_progress import latest_batch
 from kafka_eos_tools.audit import AuditReport, audit
 from kafka_eos_tools.demo import processes
