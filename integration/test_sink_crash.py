@@ -119,6 +119,7 @@ def test_2_driver_dies_before_the_decision_aborts_the_batch(pipeline):
     _finishes_exactly_once(pipeline)
 
 
+@pytest.mark.matrix
 def test_3_driver_dies_after_committing_some_transactions(pipeline):
     assert_crashed(pipeline.run("driver-after-first-commit@1"))
     visible = _visible_once_markers_land(pipeline, BATCH + 1)

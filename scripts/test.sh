@@ -3,10 +3,10 @@
 # real Apache Kafka (KAFKA_EOS_BOOTSTRAP if set, else Docker if present, else the
 # embedded KRaft brokers) and a real local Spark. Installs what it needs first.
 #
-#   scripts/test.sh                        lint (ruff, mypy), the whole suite on the newest
-#                                          pyspark, then the unit tests and the core
-#                                          integration subset on each older pyspark line
-#                                          (each in its own venv)
+#   scripts/test.sh                        lint (ruff, mypy), the gate (-m gate) on the newest
+#                                          pyspark, then the unit tests and the tests marked
+#                                          matrix (4.0: and oldest) on each older pyspark
+#                                          line (each in its own venv)
 #   scripts/test.sh tests -k offsets       only these pytest arguments, newest pyspark
 #   scripts/test.sh --pyspark 4.0.5 tests  the same on one older line
 set -uo pipefail
@@ -14,23 +14,14 @@ cd "$(dirname "$0")/.."
 
 # The newest patch of each older minor line the package claims (pyproject: pyspark>=4.0).
 OLDER_LINES=(4.0.5 4.1.4 4.2.1)
-# What the oldest line must pass besides the unit tests (about 7 minutes on 2 cores): the
-# source (a batch read and bounded streaming batches over aborted transactions, side by
-# side with Spark's built-in connector), the exactly-once sink at crash point 3 (a driver
-# kill mid-commit), Spark Connect with a server kill and the README's main job. 4.0 differs
-# most from the newest line (its sink gets rows, not Arrow; its source gets no read limits).
-CORE_SUBSET=(
-  "integration/test_source.py::test_batch_read_of_aborted_transactions_equals_builtin_read_committed"
-  "integration/test_source.py::test_streaming_read_of_aborted_transactions_in_bounded_batches"
-  "integration/test_sink_crash.py::test_3_driver_dies_after_committing_some_transactions"
-  integration/test_spark_connect.py
-  integration/test_demo.py
-)
-# 4.1 and 4.2 run the source tests and crash point 3 (about 4 minutes a line): their sink
-# takes Arrow as the newest line's does, and 4.1's source applies its own read limits as
-# 4.0's does. The other crash points, the file sink, the secured clusters and the chaos
-# suite run on the newest line only (the whole run must stay inside CI's budget).
-SHORT_SUBSET=("${CORE_SUBSET[@]:0:3}")
+# What each line runs is chosen by pytest markers (pyproject.toml, docs/testing.md): the
+# newest line the gate (every test not marked `full`); every older line the unit tests and
+# the tests marked `matrix` (the source and crash point 3); the oldest line, 4.0, which
+# differs most from the newest (its sink gets rows, not Arrow; its source gets no read
+# limits), also those marked `oldest` (Spark Connect and the README's main job).
+NEWEST_RUN=(-m gate)
+MATRIX_RUN=(-m "gate and matrix")
+OLDEST_RUN=(-m "gate and (matrix or oldest)")
 
 # One pytest run in one venv; its summary line goes to $summary.
 summary=$(mktemp)
@@ -79,7 +70,7 @@ else
   failed=1
 fi
 newest=$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')
-run_pytest "pyspark $newest (full)" .venv || failed=1
+run_pytest "pyspark $newest (gate)" .venv "${NEWEST_RUN[@]}" || failed=1
 for version in "${OLDER_LINES[@]}"; do
   if ! scripts/setup.sh --pyspark "$version"; then
     echo "pyspark $version: set-up failed" >> "$summary"
@@ -87,9 +78,9 @@ for version in "${OLDER_LINES[@]}"; do
     continue
   fi
   if [ "$version" = "${OLDER_LINES[0]}" ]; then
-    run_pytest "pyspark $version (core)" ".venv-pyspark-${version%.*}" tests "${CORE_SUBSET[@]}" || failed=1
+    run_pytest "pyspark $version (oldest)" ".venv-pyspark-${version%.*}" "${OLDEST_RUN[@]}" || failed=1
   else
-    run_pytest "pyspark $version (short)" ".venv-pyspark-${version%.*}" tests "${SHORT_SUBSET[@]}" || failed=1
+    run_pytest "pyspark $version (matrix)" ".venv-pyspark-${version%.*}" "${MATRIX_RUN[@]}" || failed=1
   fi
 done
 echo
