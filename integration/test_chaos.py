@@ -20,13 +20,17 @@ from integration.chaos_profiles import BUILTIN, PROFILES
 from kafka_eos_tools.demo.chaos import ChaosPlan, run_chaos
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
+# Time limits (pytest-timeout): a reduced scenario took up to 3.5 minutes in CI, a full one
+# up to 10 with other suites running beside it (docs/guarantees.md); about 4x that.
+TIME_LIMITS = {"reduced": 900, "full": 2400}
 
 
 def _cases(by_profile: dict, gate: str | None) -> list:
     """Every scenario of every profile, as ``(profile, scenario)`` parameters; those not of
-    the ``gate`` profile are marked ``full``."""
+    the ``gate`` profile are marked ``full``. Each gets its profile's time limit."""
     return [pytest.param(profile, scenario, id=f"{profile}: {scenario.name}",
-                         marks=[] if profile == gate else [pytest.mark.full])
+                         marks=[pytest.mark.timeout(TIME_LIMITS[profile]),
+                                *([] if profile == gate else [pytest.mark.full])])
             for profile, scenarios in by_profile.items() for scenario in scenarios]
 
 
