@@ -12,6 +12,9 @@
 #                                          `full` too
 #   scripts/test.sh tests -k offsets       only these pytest arguments, newest pyspark
 #   scripts/test.sh --pyspark 4.0.5 tests  the same on one older line
+#   KAFKA_EOS_LATEST=1 scripts/test.sh ... with the newest releases of every dependency
+#                                          (scripts/setup.sh --latest) instead of the
+#                                          versions CI tested (constraints/ci.txt)
 #
 # Every pytest run writes $RESULTS/junit-<run>.xml and lists its 25 slowest tests; the
 # gate and the full profile end with per-module time tables (scripts/times.py, also in
@@ -24,6 +27,10 @@ started=$(date +%s)
 OLDER_LINES=(4.0.5 4.1.4 4.2.1)
 RESULTS=${KAFKA_EOS_RESULTS_DIR:-.kafka-eos/results}
 mkdir -p "$RESULTS"
+setup=(scripts/setup.sh)
+if [ "${KAFKA_EOS_LATEST:-}" = 1 ]; then
+  setup+=(--latest)
+fi
 
 # What each line runs is chosen by pytest markers (pyproject.toml, docs/testing.md): the
 # newest line every test not marked `full`; every older line the unit tests and the tests
@@ -70,14 +77,14 @@ run_pytest() {  # run_pytest LABEL VENV ARGS...
 
 if [ "${1:-}" = "--pyspark" ]; then
   version=${2:?"test: --pyspark needs a version, e.g. 4.0.5"}; shift 2
-  scripts/setup.sh --pyspark "$version" || exit 1
+  "${setup[@]}" --pyspark "$version" || exit 1
   run_pytest "pyspark $version" ".venv-pyspark-${version%.*}" "$@"
   rc=$?
   echo "wall time: $(( $(date +%s) - started ))s, set-up included"
   exit "$rc"
 fi
 
-scripts/setup.sh || exit 1
+"${setup[@]}" || exit 1
 if [ "$#" -gt 0 ]; then
   run_pytest "pyspark (newest)" .venv "$@"
   rc=$?
@@ -93,7 +100,7 @@ for version in "${OLDER_LINES[@]}"; do
 done
 (
   for version in "${OLDER_LINES[@]}"; do
-    nice -n 10 scripts/setup.sh --pyspark "$version" > "$RESULTS/setup-pyspark-$version.log" 2>&1
+    nice -n 10 "${setup[@]}" --pyspark "$version" > "$RESULTS/setup-pyspark-$version.log" 2>&1
     echo $? > "$RESULTS/setup-pyspark-$version.rc"
   done
 ) &
