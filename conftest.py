@@ -22,6 +22,8 @@ import threading
 
 import pytest
 
+from kafka_eos_tools.demo import processes
+
 BACKSTOP_S = 120.0
 _BACKSTOP = pytest.StashKey[threading.Timer]()
 
@@ -81,8 +83,6 @@ def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
 def _stop_the_run(item: pytest.Item, limit: float) -> None:
     """Every thread's stack, then SIGKILL for every process the run started (brokers and
     Spark drivers run in sessions of their own and would outlive pytest), then exit."""
-    from kafka_eos_tools.demo import processes
-
     capture = item.config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
         capture.suspend_global_capture(item)
