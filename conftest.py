@@ -1,20 +1,47 @@
 """Run-wide test policy.
 
-Under CI (``CI=true``) a skipped integration test fails the run: CI must prove the
-behaviour against a real Kafka, and a skip there would hide that it did not.
+* Profiles are pytest markers (registered in pyproject.toml). Every test not marked
+  ``full`` gets ``gate`` here, so ``pytest -m gate`` selects what CI runs on the newest
+  pyspark; the unit tests (``tests/``) also get ``matrix``, as every older line runs them.
+* Under CI (``CI=true``) a skipped integration test fails the run: CI must prove the
+  behaviour against a real Kafka, and a skip there would hide that it did not.
+* A test over its time limit (pytest-timeout: ``timeout`` in pyproject.toml, or a
+  ``timeout`` marker) fails by SIGALRM: the exception ends the test, its fixtures are torn
+  down (brokers, Spark) and the run goes on. A test stuck where that exception cannot
+  reach it (native code that never returns to Python) is stopped by a backstop
+  ``BACKSTOP_S`` later, which ends the run.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
+import sys
+import threading
 
 import pytest
+
+from kafka_eos_tools.demo import processes
+
+BACKSTOP_S = 120.0
+_BACKSTOP = pytest.StashKey[threading.Timer]()
 
 _SKIPPED: list[str] = []
 
 
 def _strict() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unit_tests = config.rootpath / "tests"
+    for item in items:
+        if item.get_closest_marker("full") is None:
+            item.add_marker(pytest.mark.gate)
+        if item.path.is_relative_to(unit_tests):
+            item.add_marker(pytest.mark.matrix)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -34,3 +61,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_line(f"CI: {len(_SKIPPED)} integration test(s) skipped; the run fails:", red=True)
         for line in _SKIPPED:
             terminalreporter.write_line("  " + line)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> None:
+    if settings.method == "signal":
+        timer = threading.Timer(settings.timeout + BACKSTOP_S, _stop_the_run, (item, settings.timeout))
+        timer.daemon = True
+        timer.start()
+        item.stash[_BACKSTOP] = timer
+    # Returns None: pytest-timeout sets its own timer next.
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
+    timer = item.stash.get(_BACKSTOP, None)
+    if timer is not None:
+        timer.cancel()
+
+
+def _stop_the_run(item: pytest.Item, limit: float) -> None:
+    """Every thread's stack, then SIGKILL for every process the run started (brokers and
+    Spark drivers run in sessions of their own and would outlive pytest), then exit."""
+    capture = item.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(item)
+    sys.stderr.write(f"\n{item.nodeid}: still running {BACKSTOP_S:.0f}s after its {limit:.0f}s time limit; "
+                     "every thread's stack, then the run stops\n")
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    for pid in processes.descendants(os.getpid()):
+        processes.signal_quietly(pid, signal.SIGKILL)
+    os._exit(1)

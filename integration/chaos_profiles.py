@@ -1,13 +1,11 @@
-"""The chaos scenarios, in a reduced profile (CI: bounded, a few minutes) and a full one
-(at least the scale of Kafka's own transactions system test: 3 brokers, RF 3, min ISR 2,
->= 100,000 input records, hard and clean bounces of driver, workers and brokers).
-
-Choose with ``KAFKA_EOS_CHAOS_PROFILE=reduced|full`` (default reduced).
+"""The chaos scenarios at two scales: reduced (bounded, a few minutes each: CI's gate runs
+them) and full (at least the scale of Kafka's own transactions system test: 3 brokers,
+RF 3, min ISR 2, >= 100,000 input records, hard and clean bounces of driver, workers and
+brokers; marked ``full`` in integration/test_chaos.py).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 
@@ -55,17 +53,3 @@ BUILTIN = {
     "full": Scenario("built-in sink, 2->3 partitions, mixed bounces", 100_000, 2, 3, _MIXED * 3, max_offsets=200),
 }
 
-
-def profile_name() -> str:
-    name = os.environ.get("KAFKA_EOS_CHAOS_PROFILE", "reduced")
-    if name not in PROFILES:
-        raise ValueError(f"KAFKA_EOS_CHAOS_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
-    return name
-
-
-def scenarios() -> list[Scenario]:
-    return PROFILES[profile_name()]
-
-
-def builtin_scenario() -> Scenario:
-    return BUILTIN[profile_name()]

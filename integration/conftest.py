@@ -51,19 +51,6 @@ def _brokers_of(bootstrap: str) -> int:
     return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).brokers)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The full profile (KAFKA_EOS_CHAOS_PROFILE=full) runs the tests marked ``full`` too;
-    the reduced one (CI's) deselects them, which pytest reports as "N deselected", to keep
-    CI inside its time budget. They check the test tooling and extra variants of cases CI
-    runs once (docs/testing.md)."""
-    if os.environ.get("KAFKA_EOS_CHAOS_PROFILE", "reduced") == "full":
-        return
-    deselected = [item for item in items if item.get_closest_marker("full")]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not item.get_closest_marker("full")]
-
-
 def pytest_report_header(config: pytest.Config) -> str:
     if os.environ.get("KAFKA_EOS_BOOTSTRAP"):
         return f"kafka: external cluster at {os.environ['KAFKA_EOS_BOOTSTRAP']}"

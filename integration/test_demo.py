@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 
 import pyspark
+import pytest
+
+# The oldest pyspark line (4.0: rows into the sink, no read limits) runs the main job too.
+pytestmark = pytest.mark.oldest
 
 
 def test_demo_is_exactly_once_with_driver_crashes(tmp_path):

@@ -168,6 +168,7 @@ def test_batch_read_equals_builtin_row_for_row(spark, kafka, topics):
     assert any(r[7] and '{"key":"h"},' in r[7] for r in ours)
 
 
+@pytest.mark.matrix
 def test_batch_read_of_aborted_transactions_equals_builtin_read_committed(spark, kafka, topics):
     df = kafka_eos_reader(spark, kafka.bootstrap, topics["txn"], includeHeaders="true").load()
     ours = normalized(df)
@@ -200,6 +201,7 @@ def test_available_now_with_admission_control_equals_builtin(spark, kafka, topic
     assert all(len(b) <= 40 for b in batches)
 
 
+@pytest.mark.matrix
 def test_streaming_read_of_aborted_transactions_in_bounded_batches(spark, kafka, topics, checkpoint):
     # Every pyspark line: 4.0 and 4.1 pass no read limits, and the reader caps each batch
     # itself from the end it returned last.

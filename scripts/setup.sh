@@ -5,15 +5,27 @@
 #
 #   scripts/setup.sh                     .venv with the newest pyspark
 #   scripts/setup.sh --pyspark 4.0.5     .venv-pyspark-4.0 with that pyspark (test matrix)
+#   scripts/setup.sh --latest [...]      the newest releases of every dependency, upgraded
+#                                        on every call, instead of constraints/ci.txt
+#
+# By default pip installs exactly the versions of constraints/ci.txt, those CI tested;
+# an older pyspark line keeps its own pyspark and py4j.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=.venv
 pin=""
-if [ "${1:-}" = "--pyspark" ]; then
-  pin=${2:?"setup: --pyspark needs a version, e.g. 4.0.5"}
-  venv=".venv-pyspark-${pin%.*}"
-fi
+latest=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --pyspark)
+      pin=${2:?"setup: --pyspark needs a version, e.g. 4.0.5"}
+      venv=".venv-pyspark-${pin%.*}"
+      shift 2 ;;
+    --latest) latest=1; shift ;;
+    *) echo "setup: unknown argument '$1' (known: --pyspark VERSION, --latest)" >&2; exit 2 ;;
+  esac
+done
 
 PYTHON=${PYTHON:-python3}
 "$PYTHON" - <<'PY' || { echo "setup: Python >= 3.10 is required (found $("$PYTHON" --version 2>&1))" >&2; exit 1; }
@@ -25,14 +37,35 @@ command -v mvn >/dev/null || { echo "setup: Maven is required to fetch the Kafka
 if [ ! -x "$venv/bin/python" ]; then
   "$PYTHON" -m venv "$venv"
 fi
+# The pins, for an older line without the packages whose version follows its pyspark.
+constraints=constraints/ci.txt
+if [ -n "$pin" ]; then
+  constraints="$venv/constraints.txt"
+  grep -v -i -E '^(pyspark|pyspark-client|pyspark-connect|py4j)==' constraints/ci.txt > "$constraints"
+fi
+# What the venv was installed from; a change (or a newer pyproject.toml) installs again.
+if [ -n "$latest" ]; then
+  installed_from="latest"
+else
+  installed_from="constraints $(sha256sum "$constraints" | cut -c1-16)"
+fi
 stamp="$venv/.kafka-eos-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+if [ -n "$latest" ] || [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$(cat "$stamp")" != "$installed_from" ]; then
   # The editable install is a .pth line putting the checkout on sys.path (pyproject's
   # package-dir), so Spark's discovery (pkgutil.iter_modules) sees the pyspark_* shims.
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' \
-    ${pin:+"pyspark==$pin"}
-  touch "$stamp"
+  if [ -n "$latest" ]; then
+    "${pip[@]}" --upgrade pip
+    "${pip[@]}" --upgrade --upgrade-strategy eager -e '.[test]' ${pin:+"pyspark==$pin"}
+  else
+    "${pip[@]}" -c "$constraints" --upgrade pip
+    "${pip[@]}" -c "$constraints" -e '.[test]' ${pin:+"pyspark==$pin"} || {
+      echo "setup: pip could not install the pinned versions of $constraints (frozen on CPython 3.11," \
+           "Linux x86_64); scripts/setup.sh --latest installs the newest releases instead" >&2
+      exit 1
+    }
+  fi
+  echo "$installed_from" > "$stamp"
 fi
 # Fetch (or find cached) the broker jars for both pinned Kafka lines.
 "$venv/bin/python" - <<'PY'

@@ -1,74 +1,111 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests (no Kafka, no Spark) and integration tests against a
-# real Apache Kafka (KAFKA_EOS_BOOTSTRAP if set, else Docker if present, else the
-# embedded KRaft brokers) and a real local Spark. Installs what it needs first.
+# Runs the tests: unit tests (no Kafka, no Spark) and integration tests against a real
+# Apache Kafka (KAFKA_EOS_BOOTSTRAP if set, else Docker if present, else the embedded KRaft
+# brokers) and a real local Spark. Installs what it needs first.
 #
-#   scripts/test.sh                        lint (ruff, mypy), the whole suite on the newest
-#                                          pyspark, then the unit tests and the core
-#                                          integration subset on each older pyspark line
-#                                          (each in its own venv)
+#   scripts/test.sh                        the gate (what CI runs): lint (ruff, mypy), the
+#                                          tests not marked `full` on the newest pyspark,
+#                                          then on each older pyspark line (each in its own
+#                                          venv) the unit tests and the tests marked
+#                                          `matrix` (on 4.0 also `oldest`)
+#   scripts/test.sh --full                 the full profile: the same with the tests marked
+#                                          `full` too
 #   scripts/test.sh tests -k offsets       only these pytest arguments, newest pyspark
 #   scripts/test.sh --pyspark 4.0.5 tests  the same on one older line
+#   KAFKA_EOS_LATEST=1 scripts/test.sh ... with the newest releases of every dependency
+#                                          (scripts/setup.sh --latest) instead of the
+#                                          versions CI tested (constraints/ci.txt)
+#
+# Every pytest run writes $RESULTS/junit-<run>.xml and lists its 25 slowest tests; the
+# gate and the full profile end with per-module time tables (scripts/times.py, also in
+# $RESULTS/times.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
 
 # The newest patch of each older minor line the package claims (pyproject: pyspark>=4.0).
 OLDER_LINES=(4.0.5 4.1.4 4.2.1)
-# What the oldest line must pass besides the unit tests (about 7 minutes on 2 cores): the
-# source (a batch read and bounded streaming batches over aborted transactions, side by
-# side with Spark's built-in connector), the exactly-once sink at crash point 3 (a driver
-# kill mid-commit), Spark Connect with a server kill and the README's main job. 4.0 differs
-# most from the newest line (its sink gets rows, not Arrow; its source gets no read limits).
-CORE_SUBSET=(
-  "integration/test_source.py::test_batch_read_of_aborted_transactions_equals_builtin_read_committed"
-  "integration/test_source.py::test_streaming_read_of_aborted_transactions_in_bounded_batches"
-  "integration/test_sink_crash.py::test_3_driver_dies_after_committing_some_transactions"
-  integration/test_spark_connect.py
-  integration/test_demo.py
-)
-# 4.1 and 4.2 run the source tests and crash point 3 (about 4 minutes a line): their sink
-# takes Arrow as the newest line's does, and 4.1's source applies its own read limits as
-# 4.0's does. The other crash points, the file sink, the secured clusters and the chaos
-# suite run on the newest line only (the whole run must stay inside CI's budget).
-SHORT_SUBSET=("${CORE_SUBSET[@]:0:3}")
+RESULTS=${KAFKA_EOS_RESULTS_DIR:-.kafka-eos/results}
+mkdir -p "$RESULTS"
+setup=(scripts/setup.sh)
+if [ "${KAFKA_EOS_LATEST:-}" = 1 ]; then
+  setup+=(--latest)
+fi
 
-# One pytest run in one venv; its summary line goes to $summary.
+# What each line runs is chosen by pytest markers (pyproject.toml, docs/testing.md): the
+# newest line every test not marked `full`; every older line the unit tests and the tests
+# marked `matrix`; the oldest line, 4.0, which differs most from the newest (its sink gets
+# rows, not Arrow; its source gets no read limits), also those marked `oldest`.
+profile=gate
+NEWEST_RUN=(-m gate)
+MATRIX_RUN=(-m "gate and matrix")
+OLDEST_RUN=(-m "gate and (matrix or oldest)")
+if [ "${1:-}" = "--full" ]; then
+  shift
+  [ "$#" -eq 0 ] || { echo "test: --full takes no other arguments" >&2; exit 2; }
+  profile=full
+  NEWEST_RUN=()
+  MATRIX_RUN=(-m matrix)
+  OLDEST_RUN=(-m "matrix or oldest")
+fi
+
+# One pytest run in one venv; its summary line goes to $summary, its JUnit XML to $junits.
 summary=$(mktemp)
-trap 'rm -f "$summary"' EXIT
+junits=$(mktemp)
+trap 'rm -f "$summary" "$junits"' EXIT
 run_pytest() {  # run_pytest LABEL VENV ARGS...
   local label=$1 venv=$2; shift 2
-  local started rc log
-  started=$(date +%s)
+  local run_started rc log junit
+  run_started=$(date +%s)
   log=$(mktemp)
-  "$venv/bin/python" -m pytest -p no:cacheprovider "$@" 2>&1 | tee "$log"
+  junit="$RESULTS/junit-$(printf '%s' "$label" | tr -cs 'A-Za-z0-9.' '-' | sed 's/-$//').xml"
+  rm -f "$junit"
+  "$venv/bin/python" -m pytest -p no:cacheprovider --junitxml="$junit" --durations=25 "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 5 ]; then
     # pytest's 5 means nothing was collected: for this project that is a broken run.
     echo "test: pytest collected no tests for $label; failing the run" >&2
     rc=1
   fi
+  [ -f "$junit" ] && echo "$junit" >> "$junits"
   printf '%-24s %-60s %5ss  exit %s\n' "$label" \
     "$(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')" \
-    "$(( $(date +%s) - started ))" "$rc" >> "$summary"
+    "$(( $(date +%s) - run_started ))" "$rc" >> "$summary"
   rm -f "$log"
   return "$rc"
 }
 
 if [ "${1:-}" = "--pyspark" ]; then
   version=${2:?"test: --pyspark needs a version, e.g. 4.0.5"}; shift 2
-  scripts/setup.sh --pyspark "$version" || exit 1
+  "${setup[@]}" --pyspark "$version" || exit 1
   run_pytest "pyspark $version" ".venv-pyspark-${version%.*}" "$@"
-  exit $?
+  rc=$?
+  echo "wall time: $(( $(date +%s) - started ))s, set-up included"
+  exit "$rc"
 fi
 
-scripts/setup.sh || exit 1
-started=$(date +%s)
+"${setup[@]}" || exit 1
 if [ "$#" -gt 0 ]; then
   run_pytest "pyspark (newest)" .venv "$@"
   rc=$?
-  echo "test wall time: $(( $(date +%s) - started ))s"
+  echo "wall time: $(( $(date +%s) - started ))s, set-up included"
   exit "$rc"
 fi
+
+# The older lines' venvs build in the background while the newest line's tests run (pip
+# is mostly download and unzip), one after another and at low priority; the newest
+# line's set-up above has already fetched the Kafka jars they share.
+for version in "${OLDER_LINES[@]}"; do
+  rm -f "$RESULTS/setup-pyspark-$version.rc"
+done
+(
+  for version in "${OLDER_LINES[@]}"; do
+    nice -n 10 "${setup[@]}" --pyspark "$version" > "$RESULTS/setup-pyspark-$version.log" 2>&1
+    echo $? > "$RESULTS/setup-pyspark-$version.rc"
+  done
+) &
+builder=$!
+echo "test: building the venvs of pyspark ${OLDER_LINES[*]} in the background (logs: $RESULTS/setup-pyspark-*.log)"
 
 failed=0
 echo "== lint: ruff and mypy (scripts/lint.sh) =="
@@ -79,23 +116,29 @@ else
   failed=1
 fi
 newest=$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')
-run_pytest "pyspark $newest (full)" .venv || failed=1
+run_pytest "pyspark $newest ($profile)" .venv "${NEWEST_RUN[@]}" || failed=1
+wait "$builder"
 for version in "${OLDER_LINES[@]}"; do
-  if ! scripts/setup.sh --pyspark "$version"; then
-    echo "pyspark $version: set-up failed" >> "$summary"
+  if [ "$(cat "$RESULTS/setup-pyspark-$version.rc" 2>/dev/null)" != 0 ]; then
+    echo "test: set-up of pyspark $version failed; the end of $RESULTS/setup-pyspark-$version.log:" >&2
+    tail -20 "$RESULTS/setup-pyspark-$version.log" >&2
+    echo "pyspark $version         set-up FAILED" >> "$summary"
     failed=1
     continue
   fi
   if [ "$version" = "${OLDER_LINES[0]}" ]; then
-    run_pytest "pyspark $version (core)" ".venv-pyspark-${version%.*}" tests "${CORE_SUBSET[@]}" || failed=1
+    run_pytest "pyspark $version (oldest)" ".venv-pyspark-${version%.*}" "${OLDEST_RUN[@]}" || failed=1
   else
-    run_pytest "pyspark $version (short)" ".venv-pyspark-${version%.*}" tests "${SHORT_SUBSET[@]}" || failed=1
+    run_pytest "pyspark $version (matrix)" ".venv-pyspark-${version%.*}" "${MATRIX_RUN[@]}" || failed=1
   fi
 done
 echo
-echo "== pyspark matrix =="
+echo "== time per module (scripts/times.py, $RESULTS/times.md) =="
+mapfile -t xml_files < "$junits"
+[ "${#xml_files[@]}" -eq 0 ] || .venv/bin/python scripts/times.py "${xml_files[@]}" | tee "$RESULTS/times.md"
+echo "== pyspark matrix ($profile) =="
 cat "$summary"
-echo "test wall time: $(( $(date +%s) - started ))s"
+echo "wall time: $(( $(date +%s) - started ))s, set-up included"
 total() { grep -oE "[0-9]+ $1" "$summary" | awk '{n += $1} END {print n + 0}'; }
 echo "matrix: $(total passed) passed, $(( $(total failed) + $(total error) )) failed, $(total skipped) skipped"
 exit "$failed"

@@ -36,6 +36,12 @@ def test_every_listener_is_on_loopback():
     assert props["min.insync.replicas"] == "1"
 
 
+def test_a_transaction_past_its_timeout_is_aborted_within_a_second():
+    node = Node(node_id=1, port=9000, controller_port=9100, directory="/tmp/n1")
+    props = _props(server_properties(node, "1@127.0.0.1:9100", 1))
+    assert props["transaction.abort.timed.out.transaction.cleanup.interval.ms"] == "1000"
+
+
 def test_versions_are_pinned():
     assert distribution.resolve_version(None).startswith("4.")
     assert distribution.resolve_version("3.9") == "3.9.1"

@@ -105,6 +105,9 @@ def server_properties(node: Node, voters: str, replication: int, client_protocol
         # Topics are created on purpose: a typo in a sink's topic must be an error.
         "auto.create.topics.enable": "false",
         "group.initial.rebalance.delay.ms": 0,
+        # Abort a transaction past its timeout within a second, not the default 10 s: tests
+        # that wait for the broker to do so (crash points 8 and 10) wait less.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
         "num.network.threads": 2,
         "num.io.threads": 4,
         "background.threads": 4,
