@@ -33,6 +33,7 @@ import zlib
 from typing import Any, Callable, Mapping, Optional
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
+from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
@@ -74,15 +75,19 @@ class KafkaDecisionLog:
         The sink's ``transactionalIdPrefix``.
     writer : str
         The writer family whose producer writes here ('' for a stream's own sink).
+    clients : LogClients, optional
+        Builds the log's clients (a test hands in its own).
     """
 
-    def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "") -> None:
+    def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "",
+                 clients: Optional["LogClients"] = None) -> None:
         self._conf = dict(conf)  # client_config keeps what the commit-log clients need
         self.topic = topic
         self.prefix = prefix
         self.writer = writer
+        self._clients = clients or LogClients()
         self._producer: Any = None
-        self._readers: Optional[tuple[Any, Any]] = None
+        self._readers: Optional[tuple[ConsumerLike, ConsumerLike]] = None
         self._partitions: Optional[int] = None
         self._partition: Optional[int] = None  # where this prefix's decisions are, once looked up
 
@@ -96,9 +101,9 @@ class KafkaDecisionLog:
         if self._partitions is not None:
             return self._partitions
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import NewTopic
 
-        admin = AdminClient(client_config(self._conf, "commit_log"))
+        admin = self._clients.admin(client_config(self._conf, "commit_log"))
         try:
             md = metadata if metadata is not None else admin.list_topics(timeout=15)
             existing = md.topics.get(self.topic)
@@ -133,12 +138,12 @@ class KafkaDecisionLog:
     def fence_writers(self) -> None:
         """Become the writer's only decision producer: init_transactions on its id aborts an
         open write of an earlier producer and refuses it from then on."""
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import KafkaException
 
         if self._producer is not None:
             return
         self.ensure_topic()  # the topic exists, as compacted, before a producer asks for it
-        producer = Producer(client_config(self._conf, "commit_log", **{
+        producer = self._clients.producer(client_config(self._conf, "commit_log", **{
             "transactional.id": transactional_ids.decision_writer(self.prefix, self.writer), "acks": "all",
             "linger.ms": 0, "transaction.timeout.ms": WRITER_TIMEOUT_MS, "client.id": "kafka-eos-commit-log"}))
         try:
@@ -275,14 +280,12 @@ class KafkaDecisionLog:
                               f"a kafka_eos decision ({exc}); option 'commitLogTopic' must name a topic used only "
                               "by kafka_eos sinks.") from exc
 
-    def _consumers(self) -> tuple[Any, Any]:
+    def _consumers(self) -> tuple[ConsumerLike, ConsumerLike]:
         """A read_committed consumer (reads, and the last stable offset) and a
         read_uncommitted one (the high watermark)."""
-        from confluent_kafka import Consumer
-
         if self._readers is None:
-            def consumer(isolation: str) -> Any:
-                return Consumer(client_config(self._conf, "commit_log", **{
+            def consumer(isolation: str) -> ConsumerLike:
+                return self._clients.consumer(client_config(self._conf, "commit_log", **{
                     "group.id": reader_group(self.prefix), "enable.auto.commit": False,
                     "isolation.level": isolation, "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
 
@@ -317,17 +320,19 @@ class KafkaDecisionLog:
         consumer.assign([TopicPartition(self.topic, partition, start)])
         records: list[tuple[int, bytes, Any, int]] = []
         while True:
-            msg = consumer.poll(10)
+            msg: Any = consumer.poll(10)  # a record, or an error event (whose offset is None)
             if msg is None:
                 raise KafkaClientError(f"Reading the commit log '{self.topic}' timed out", retriable=True)
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     return records
-                raise client_error(f"Reading the commit log '{self.topic}' failed", msg.error(), self._conf)
-            if msg.offset() >= end:
+                raise client_error(f"Reading the commit log '{self.topic}' failed", error, self._conf)
+            offset = int(msg.offset())
+            if offset >= end:
                 return records
-            records.append((msg.offset(), msg.key() or b"", msg.value(), msg.timestamp()[1]))
-            if msg.offset() >= end - 1:
+            records.append((offset, msg.key() or b"", msg.value(), msg.timestamp()[1]))
+            if offset >= end - 1:
                 return records
 
     def close(self) -> None:
@@ -336,6 +341,26 @@ class KafkaDecisionLog:
         readers, self._readers = self._readers, None
         for consumer in readers or ():
             consumer.close()
+
+
+class LogClients:
+    """Builds the commit log's clients from their settings: confluent-kafka's, unless a
+    test (the protocol simulation) hands in its own."""
+
+    def admin(self, conf: Mapping[str, Any]) -> AdminLike:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(dict(conf))
+
+    def producer(self, conf: Mapping[str, Any]) -> ProducerLike:
+        from confluent_kafka import Producer
+
+        return Producer(dict(conf))
+
+    def consumer(self, conf: Mapping[str, Any]) -> ConsumerLike:
+        from confluent_kafka import Consumer
+
+        return Consumer(dict(conf))
 
 
 def _legacy_of(key: str, decision: Optional[Decision]) -> bool:
