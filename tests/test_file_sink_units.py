@@ -312,3 +312,15 @@ def test_writes_inside_foreachbatch_each_commit_and_a_re_run_adds_no_file(tmp_pa
     assert FileParticipants(sink.config.layout).open_ids(WriteId(Kind.FOREACH, "stream-q", 2, run="run-2")) == []
     ids = sorted(pq.read_table(p).column("id").to_pylist()[0] for p in tmp_path.glob("part-*"))
     assert ids == [0, 10, 100, 110, 200, 210]
+
+
+def test_a_finished_job_leaves_no_staging_directory_behind(tmp_path):
+    from kafka_eos_ds.filesink.file_sink import FileSink
+
+    sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path)}), None)
+    for n in range(3):
+        job = WriteId(Kind.JOB, f"job-{n}", 0, job=f"job-{n}")
+        msg = sink.write(Task(job, 0, 0), DoneMark(), _batches(4, start=10 * n))
+        sink.commit(job, [msg.participant()])
+    assert len(list(tmp_path.glob("part-*"))) == 3
+    assert list((tmp_path / "_kafka_eos").iterdir()) == []

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from kafka_eos_ds.filesink.layout import DECISION, Layout, fsync_dir
+from kafka_eos_ds.filesink.layout import DECISION, IN_PROGRESS, PENDING, Layout, fsync_dir
 from kafka_eos_ds.twophase.protocol import DECIDED, Decision
 
 
@@ -51,10 +51,19 @@ class FileDecisionLog:
         fsync_dir(target.parent)
 
     def forget(self, key: str) -> None:
+        """Drop the writer's decision and its staging directory once empty (a finished job:
+        one directory per job would pile up)."""
         target = self.layout.decision(key)
         target.unlink(missing_ok=True)
-        if target.parent.exists():
-            fsync_dir(target.parent)
+        for directory in (target.parent / IN_PROGRESS, target.parent / PENDING, target.parent):
+            try:
+                directory.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                break  # not empty: the writer still has files there
+        if self.layout.staging.exists():
+            fsync_dir(self.layout.staging)
 
     def _decisions(self, kind: str) -> list[Path]:
         if not self.layout.staging.is_dir():
