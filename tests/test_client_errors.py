@@ -135,15 +135,13 @@ class FailingChannel:
 def coordinator_over(channel, admin=None):
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 
-    return TransactionCoordinator({"bootstrap.servers": "h:1"}, admin_factory=lambda **settings: admin,
+    return TransactionCoordinator(CONF, admin_factory=lambda **settings: admin,
                                   channel_factory=lambda client: channel)
 
 
 def test_an_unexpected_error_in_a_coordinator_call_is_not_made_retriable():
     """Any exception of a coordinator call once became a retriable KafkaClientError, which
-    the committer retried for two minutes; a defect must fail at once, as itself."""
-    import kafka.errors as kerrors
-
+    the committer retried for commitTimeoutMs; a defect must fail at once, as itself."""
     bug = RuntimeError("a bug")
     channel = FailingChannel(bug)
     with pytest.raises(RuntimeError) as info:

@@ -2,5 +2,6 @@
 flows through them: client settings (:mod:`.settings`, with the Java client's settings
 translated in :mod:`.java_settings` and PKCS#12 stores converted in :mod:`.tls`), client
 errors (:mod:`.errors`, the one place they become the project's), the kafka-python client
-(:mod:`.kafka_python`) and the transaction-coordinator calls librdkafka lacks
-(:mod:`.coordinator`)."""
+(:mod:`.kafka_python`), the transaction-coordinator calls librdkafka lacks
+(:mod:`.coordinator`), a transactional producer's start (:mod:`.producer_start`) and the
+client calls the project makes, as Protocols (:mod:`.clients`)."""
