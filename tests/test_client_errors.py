@@ -105,7 +105,7 @@ def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
 
     try:
         with pytest.raises(KafkaClientError) as failure:
-            driver.cluster_metadata(Config())  # type: ignore[arg-type]
+            driver.cluster_metadata(Config(), timeout_s=3)  # type: ignore[arg-type]
     finally:
         server.close()
     assert "TLS handshake failed" in str(failure.value) and "reach" not in str(failure.value)

@@ -188,7 +188,7 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
     return TwoPhaseBatchWriter(sink, options)
 
 
-def cluster_metadata(config: SinkConfig) -> Any:
+def cluster_metadata(config: SinkConfig, timeout_s: float = 15.0) -> Any:
     """The cluster's topics and brokers (confluent-kafka ClusterMetadata)."""
     from confluent_kafka.admin import AdminClient
 
@@ -197,6 +197,6 @@ def cluster_metadata(config: SinkConfig) -> Any:
     admin = AdminClient(conf)
     with mapping_client_errors("read the cluster's topics", conf, watch=watch, client=admin):
         # All topics, not the one topic: a metadata request naming it could auto-create it.
-        return admin.list_topics(timeout=15)
+        return admin.list_topics(timeout=timeout_s)
 
 
