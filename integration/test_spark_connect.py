@@ -275,7 +275,8 @@ def test_foreachbatch_writes_through_spark_connect_add_nothing_when_a_micro_batc
         first = audit(conf, input_topic, output_topic)
         assert first.ok and first.unique_out == first.records_out == 600, first.table()
         last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-        (checkpoint / "commits" / str(last)).unlink()  # the last micro-batch's entry: Spark runs it again
+        for name in (str(last), f".{last}.crc"):  # the last micro-batch's entry (and checksum): run it again
+            (checkpoint / "commits" / name).unlink(missing_ok=True)
         run_once()
     report = audit(conf, input_topic, output_topic)
     assert report.ok and report.unique_out == report.records_out == 600, report.table()
