@@ -206,16 +206,18 @@ def test_a_batch_job_whose_commit_fails_after_its_decision_says_so_and_a_retry_a
 def test_two_streams_on_one_prefix_stop_loudly_naming_both(fanout, kafka, new_topic, tmp_path):
     """A second query takes the prefix over (a query whose checkpoint was lost is replaced
     that way); the first, started again, must stop before writing, naming both."""
-    first = fanout.run()
+    def stream(input_topic, checkpoint):
+        return run_pipeline(kafka.bootstrap, input_topic, fanout.output, checkpoint, fanout.prefix,
+                            max_offsets=BATCH, log_dir=tmp_path / "logs")
+
+    first = stream(fanout.input, fanout.checkpoint)
     assert first.returncode == 0, first.log[-3000:]
     other_in = new_topic(2, prefix="in2")
     seed(kafka.bootstrap, other_in, 150)
-    second = run_pipeline(kafka.bootstrap, other_in, fanout.output, str(tmp_path / "checkpoint-2"), fanout.prefix,
-                          max_offsets=BATCH, log_dir=tmp_path / "logs")
+    second = stream(other_in, str(tmp_path / "checkpoint-2"))
     assert second.returncode == 0, second.log[-3000:]
     fanout.seed_more(150)
-    again = run_pipeline(kafka.bootstrap, fanout.input, fanout.output, fanout.checkpoint, fanout.prefix,
-                         max_offsets=BATCH, log_dir=tmp_path / "logs")
+    again = stream(fanout.input, fanout.checkpoint)
     assert again.returncode != 0
     assert "both write with this sink's transactional ids" in again.log, again.log[-3000:]
 
