@@ -196,7 +196,7 @@ def test_a_batch_job_whose_commit_fails_after_its_decision_says_so_and_a_retry_a
     app = [("txnAppId", "nightly-export"), ("txnVersion", "20261124")]
     failed = _batch_job(kafka.bootstrap, topic, prefix, 0, 300, tmp_path, fault="commit-raise", extra_options=app)
     assert failed.returncode != 0
-    assert "The job's output is decided" in failed.stderr, failed.stderr[-3000:]
+    assert "(txnAppId 'nightly-export', txnVersion 20261124) is decided" in failed.stderr, failed.stderr[-3000:]
     retried = _batch_job(kafka.bootstrap, topic, prefix, 0, 300, tmp_path, extra_options=app)
     assert retried.returncode == 0, retried.stderr[-3000:]
     values = [r.value for r in consume_all(kafka.bootstrap, topic)]

@@ -145,7 +145,8 @@ class KafkaDecisionLog:
         self.ensure_topic()  # the topic exists, as compacted, before a producer asks for it
         producer = self._clients.producer(client_config(self._conf, "commit_log", **{
             "transactional.id": transactional_ids.decision_writer(self.prefix, self.writer), "acks": "all",
-            "linger.ms": 0, "transaction.timeout.ms": WRITER_TIMEOUT_MS, "client.id": "kafka-eos-commit-log"}))
+            "linger.ms": 0, "transaction.timeout.ms": _writer_timeout_ms(self._conf),
+            "client.id": "kafka-eos-commit-log"}))
         try:
             # Connected first: a new writer starts in every driver step (producer_start).
             init_transactions(producer, self.topic)
@@ -341,6 +342,17 @@ class KafkaDecisionLog:
         readers, self._readers = self._readers, None
         for consumer in readers or ():
             consumer.close()
+
+
+def _writer_timeout_ms(conf: Mapping[str, Any]) -> int:
+    """The decision writer's transaction timeout: short (:data:`WRITER_TIMEOUT_MS`), but
+    never below what librdkafka requires of a user's ``socket.timeout.ms`` (at most the
+    transaction timeout + 100 ms)."""
+    socket_ms = next((v for k, v in conf.items() if k.lower() == "socket.timeout.ms"), None)
+    try:
+        return max(WRITER_TIMEOUT_MS, int(str(socket_ms)) - 100) if socket_ms is not None else WRITER_TIMEOUT_MS
+    except ValueError:
+        return WRITER_TIMEOUT_MS  # librdkafka's own check names the bad value
 
 
 class LogClients:

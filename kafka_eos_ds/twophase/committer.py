@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 _FINISHES = "The commit decision is stored; restarting the query finishes the commit."
 _RESTART = "Nothing was decided by this step; restarting the query runs it again."
+_APP_DECIDED = ("The write (txnAppId {app!r}, txnVersion {version}) is decided: its rows become visible once the "
+                "rest is committed, which running it again with the same txnAppId and txnVersion does first, "
+                "adding nothing.")
 _JOB_DECIDED = ("The job's output is decided: its rows become visible once the rest is committed, which the next "
                 "write with the same 'transactionalIdPrefix' does first. Running this job again writes its rows a "
                 "second time; give the job 'txnAppId' and 'txnVersion' to make a re-run add nothing.")
@@ -210,12 +213,13 @@ class TwoPhaseCommitter:
         try:
             self._commit_all(decision)
         except Exception as exc:
-            if write.kind is not Kind.JOB:
+            if write.kind not in (Kind.JOB, Kind.APP):
                 raise
-            # A job is reported failed by Spark: its error must say that its output is
-            # decided all the same, or a re-run would write it twice without knowing.
+            # A batch write is reported failed by Spark: its error must say that its output
+            # is decided all the same, or a re-run would write it twice without knowing.
             kind = type(exc) if isinstance(exc, KafkaEosError) else TransactionError
-            raise kind(f"{exc} {_JOB_DECIDED}", retriable=False) from exc
+            told = _JOB_DECIDED if write.kind is Kind.JOB else _APP_DECIDED.format(app=write.app, version=batch)
+            raise kind(f"{exc} {told}", retriable=False) from exc
         faults.check("driver-after-all-commits", batch=batch)
         if plan.write_decision:
             # Earlier attempts of the winning tasks may still hold open transactions
