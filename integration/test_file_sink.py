@@ -49,7 +49,7 @@ def test_streaming_query_writes_each_record_once_and_readers_see_only_final_file
     shutil.copy(out / finals[0], writer / "pending" / "deadbeef-9-0-0.parquet")
     shutil.copy(out / finals[0], writer / "in-progress" / "deadbeef-9-1-0.parquet")
     assert spark.read.parquet(str(out)).count() == 400
-    assert (writer / "decision.json").exists()
+    assert list((writer / "decisions").glob("*.json"))
 
 
 def test_batch_write_appends_files_atomically_in_both_formats(spark, tmp_path):

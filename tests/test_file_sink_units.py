@@ -57,7 +57,7 @@ def test_final_name_is_the_same_for_every_attempt_and_sorts_by_batch():
     assert fid_("q1", 10, 0, 0).final_name("jsonl") > fid_("q1", 9, 5, 0).final_name("jsonl")
 
 
-@pytest.mark.parametrize("name", ["part-00001-00000-q.parquet", ".decision.json.tmp", "x-1-2", "q-1-2-x.parquet",
+@pytest.mark.parametrize("name", ["part-00001-00000-q.parquet", ".decisions.tmp", "x-1-2", "q-1-2-x.parquet",
                                   f"{W}/q-1-2-x.parquet", "q-1-2-3"])
 def test_names_that_are_not_staging_ids_are_ignored(name):
     assert FileId.parse(name) is None
@@ -182,9 +182,10 @@ def test_decision_log_is_replaced_atomically(tmp_path):
     assert log.unfinished("q") == [("q:query", d)]
     log.write("q:query", d.with_state(DONE))
     assert log.latest("q:query").state == DONE and log.unfinished("q") == []
-    # No temp file is left next to it, and the file is whole JSON.
-    assert sorted(p.name for p in layout.writer(W).iterdir() if p.is_file()) == ["decision.json"]
-    assert json.loads(layout.decision("q:query").read_text())["batchId"] == 4
+    # No temp file is left next to it, the files are whole JSON, the two newest are kept.
+    log.write("q:query", d.with_state(DONE))
+    assert sorted(p.name for p in layout.decisions("q:query").iterdir()) == ["000000000002.json", "000000000003.json"]
+    assert json.loads((layout.decisions("q:query") / "000000000003.json").read_text())["batchId"] == 4
     log.forget("q:query")
     assert log.latest("q:query") is None
 
@@ -324,3 +325,33 @@ def test_a_finished_job_leaves_no_staging_directory_behind(tmp_path):
         sink.commit(job, [msg.participant()])
     assert len(list(tmp_path.glob("part-*"))) == 3
     assert list((tmp_path / "_kafka_eos").iterdir()) == []
+
+
+def test_a_driver_that_fell_behind_cannot_record_a_stale_decision(tmp_path):
+    """A driver reads the decisions, stalls, and comes back after another driver of the
+    writer recorded a newer one: its write must fail, never replace the newer decision."""
+    layout = Layout(tmp_path)
+    stale, live = FileDecisionLog(layout), FileDecisionLog(layout)
+    log_first = FileDecisionLog(layout)
+    log_first.write("q:query", Decision("query", 4, DONE))
+    assert stale.latest("q:query").batch_id == 4 and live.latest("q:query").batch_id == 4
+    live.write("q:query", Decision("query", 5, DECIDED))
+    with pytest.raises(TransactionError, match="fell behind"):
+        stale.write("q:query", Decision("query", 4, DONE))
+    assert FileDecisionLog(layout).latest("q:query").batch_id == 5
+
+
+def test_a_rename_done_meanwhile_by_another_driver_is_committed(tmp_path, monkeypatch):
+    import os as os_module
+
+    layout = Layout(tmp_path)
+    ports = FileParticipants(layout)
+    p = _stage(layout, fid_("q", 1, 0, 0))
+    real_rename = os_module.rename
+
+    def renamed_first(src, dst):  # another driver finishing the same decision wins the race
+        real_rename(src, dst)
+        raise FileNotFoundError(src)
+
+    monkeypatch.setattr(os_module, "rename", renamed_first)
+    assert ports.commit(p) is Outcome.COMMITTED

@@ -5,7 +5,7 @@ In the order a write flows through them: :mod:`.datasource` (the data source),
 :mod:`.config` (options), :mod:`.file_sink` (the sink's steps, composed into the
 protocol's writers), :mod:`.task` (a task's file), :mod:`.layout` (file names), and the
 two ports: :mod:`.participants` (pending files) and :mod:`.decision_log` (a
-``decision.json`` per writer).
+numbered decision files per writer).
 """
 
 FORMAT = "kafka_eos_file"

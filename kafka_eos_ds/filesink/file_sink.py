@@ -77,7 +77,7 @@ def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStr
 
     Each task writes one file per batch into ``DIR/_kafka_eos/<writer>/in-progress``,
     pre-commits it by renaming it to ``.../pending``; the driver stores its decision in
-    ``DIR/_kafka_eos/<writer>/decision.json``, then renames every pending file of the
+    ``DIR/_kafka_eos/<writer>/decisions/``, then renames every pending file of the
     batch to ``DIR/part-<batch>-<partition>-<query>.<ext>``. Options: docs/file-sink.md.
     """
     return TwoPhaseStreamWriter(FileSink(FileSinkConfig.from_options(options), schema))

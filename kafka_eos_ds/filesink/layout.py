@@ -5,7 +5,7 @@
     DIR/
       part-<batch>-<partition>-<token>.<ext>           final files (what readers of DIR see)
       _kafka_eos/
-        <writer>/decision.json                         the writer's latest commit decision
+        <writer>/decisions/<n>.json                    the writer's commit decisions, numbered
         <writer>/in-progress/<token>-<batch>-<partition>-<attempt>.<ext>   being written by a task
         <writer>/pending/<token>-<batch>-<partition>-<attempt>.<ext>       pre-committed, invisible
 
@@ -35,7 +35,7 @@ from kafka_eos_ds.twophase.identity import Kind, WriteId, token
 STAGING = "_kafka_eos"
 IN_PROGRESS = "in-progress"
 PENDING = "pending"
-DECISION = "decision.json"
+DECISIONS = "decisions"
 EXTENSIONS = {"parquet": "parquet", "jsonl": "jsonl"}
 
 _ID = re.compile(r"^(?P<writer>[a-z][0-9a-f]{8})/(?P<token>[0-9a-z]{1,32})-(?P<batch>\d+)-(?P<partition>\d+)"
@@ -107,8 +107,9 @@ class Layout:
     def writer(self, name: str) -> Path:
         return self.staging / name
 
-    def decision(self, key: str) -> Path:
-        return self.writer(writer_dir(key)) / DECISION
+    def decisions(self, key: str) -> Path:
+        """Where writer ``key``'s numbered decisions are (:mod:`.decision_log`)."""
+        return self.writer(writer_dir(key)) / DECISIONS
 
     def in_progress(self, fid: FileId) -> Path:
         return self.writer(fid.writer) / IN_PROGRESS / f"{fid.name}.{self.ext}"

@@ -32,7 +32,11 @@ class FileParticipants:
                                    "Another query or batch write is writing the same directory with the same "
                                    "query id; give each query its own 'path'.")
         if pending_there:
-            os.rename(pending, final)
+            try:
+                os.rename(pending, final)
+            except FileNotFoundError:
+                # Renamed meanwhile by another driver finishing the same decision.
+                return Outcome.COMMITTED if final.exists() else Outcome.LOST
             fsync_dir(final.parent)
             return Outcome.COMMITTED
         # Pending gone: renamed by an earlier commit (final there), or fenced (lost).
