@@ -250,3 +250,30 @@ def test_another_sinks_open_decision_write_never_yields_a_stale_decision(kafka, 
     # It waited for B's write to end (the broker aborts it after its 10 s timeout).
     assert time.monotonic() - started > 1
     del b
+
+
+# -- operators -----------------------------------------------------------------------------
+
+def test_an_operator_finishes_a_decided_batch_without_the_query(fanout, tmp_path):
+    """The driver dies mid-commit and the query is not restarted (or, after a lost
+    checkpoint, has no new input to run a batch with): ``kafka-eos transactions finish``
+    commits what was decided before the transactions time out, and the query, when it runs
+    again, adds nothing to it."""
+    from kafka_eos_ds.cli import main as cli
+
+    def stream(fault=None):
+        return run_pipeline(fanout.conf["bootstrap.servers"], fanout.input, fanout.output, fanout.checkpoint,
+                            fanout.prefix, fault=fault, max_offsets=BATCH, log_dir=tmp_path / "logs")
+
+    assert_crashed(stream("driver-after-first-commit@1"))
+    assert len(fanout.open_ids()) == 1                   # the decided, uncommitted transaction
+    assert cli(["transactions", "finish", "--bootstrap", fanout.conf["bootstrap.servers"],
+                "--prefix", fanout.prefix]) == 0
+    deadline = time.monotonic() + 30
+    while fanout.visible() < 2 * BATCH and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert fanout.visible() == 2 * BATCH and fanout.open_ids() == []
+    run = stream()
+    assert run.returncode == 0, run.log[-3000:]
+    report = audit(fanout.conf, fanout.input, fanout.output)
+    assert report.ok and report.unique_out == report.records_out == RECORDS, report.table()

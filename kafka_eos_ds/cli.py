@@ -25,14 +25,17 @@ CommandGroup = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"],
 
 
 def _transactions_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    cmd = sub.add_parser("transactions", help="list or abort the open transactions of a kafka_eos sink")
+    cmd = sub.add_parser("transactions", help="list, finish or abort the transactions of a kafka_eos sink")
     actions = cmd.add_subparsers(dest="action", required=True)
     for name, doc in (("list", "every transactional id of the sink, with its state"),
+                      ("finish", "commit what the sink's writers decided but did not finish (safe at any time)"),
                       ("abort", "abort (fence) the sink's open transactions; stop the query first")):
         action = actions.add_parser(name, help=doc)
         action.add_argument("--bootstrap", required=True)
         action.add_argument("--prefix", required=True, help="the sink's transactionalIdPrefix")
         action.add_argument("--json", action="store_true")
+        if name == "finish":
+            action.add_argument("--commit-log-topic", default=None, help="the sink option commitLogTopic")
         add_client_settings(action)
         action.set_defaults(run=_transactions)
 
@@ -99,8 +102,17 @@ def _transactions(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from kafka_eos_ds.sink import abort_transactions, list_transactions
+    from kafka_eos_ds.sink.transactions_tool import finish_decided
 
     conf = client_settings(args)
+    if args.action == "finish":
+        finished = finish_decided(conf, args.prefix, *([args.commit_log_topic] if args.commit_log_topic else []))
+        if args.json:
+            print(json.dumps([asdict(w) for w in finished], indent=2))
+        for w in finished if not args.json else ():
+            print(f"{w.writer:<48} batch {w.batch_id:<8} {w.transactions} transaction(s) {w.outcome}")
+        print(f"{len(finished)} decided write(s) finished for prefix {args.prefix!r}", file=sys.stderr)
+        return 0 if all(w.outcome == "committed" for w in finished) else 1
     found = (list_transactions if args.action == "list" else abort_transactions)(conf, args.prefix)
     if args.json:
         print(json.dumps([asdict(t) for t in found], indent=2))

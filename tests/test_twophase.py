@@ -511,3 +511,11 @@ def test_a_new_query_whose_group_lost_its_offsets_stops_instead_of_re_reading_th
     assert not info.value.retriable and events == []
     tpc.participants.lost_offsets = False
     assert tpc.recover(stream("new")) == DoneMark("old", 7)  # the group holds them: the new query goes on
+
+
+def test_an_operator_commits_a_decided_batch_and_writes_nothing_else():
+    decided = Decision("q", 4, DECIDED, (part(0), part(1)), PROGRESS)
+    tpc, log, events = committer(latest=decided, open_ids=["p-7-0"])
+    tpc.commit_decided(decided)
+    assert events == [("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0"), ("commit", "p-1-0")]
+    assert log.latest() == decided  # no decision written, nothing fenced

@@ -11,6 +11,6 @@ the transactions; :mod:`.source_progress` reads what a batch consumed;
 """
 
 from kafka_eos_ds.sink.kafka_sink import batch_writer, stream_writer
-from kafka_eos_ds.sink.transactions_tool import abort_transactions, list_transactions
+from kafka_eos_ds.sink.transactions_tool import abort_transactions, finish_decided, list_transactions
 
-__all__ = ["batch_writer", "stream_writer", "list_transactions", "abort_transactions"]
+__all__ = ["batch_writer", "stream_writer", "list_transactions", "finish_decided", "abort_transactions"]

@@ -25,6 +25,7 @@ from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.identity import Kind, WriteId
 from kafka_eos_ds.twophase.protocol import (
     ABANDONED,
+    DECIDED,
     DONE,
     Decision,
     DecisionLog,
@@ -152,6 +153,15 @@ class TwoPhaseCommitter:
             finally:
                 # A job never re-runs under its id: its record is of no more use, even lost.
                 self._forget(key)
+
+    def commit_decided(self, decision: Decision) -> None:
+        """Commit ``decision``'s participants (with its progress) and nothing else: no
+        decision is written, nothing is fenced. For an operator finishing what a stopped
+        driver decided (the writer's own next step records it done)."""
+        assert decision.state == DECIDED, decision
+        if decision.progress is not None:
+            self._carry(decision)
+        self._commit_all(decision)
 
     # -- after the tasks ----------------------------------------------------------
 
