@@ -15,7 +15,7 @@ import os
 from functools import lru_cache
 
 from kafka_eos_tools.broker import maven
-from kafka_eos_ds.errors import BrokerError
+from kafka_eos_tools.errors import BrokerError
 
 # Spark line -> (connector version, token-provider version, kafka-clients, commons-pool2)
 _CANDIDATES = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kafka_eos_ds.errors import (
-    BrokerError,
     ConfigError,
     DataLossError,
     KafkaClientError,
@@ -58,7 +57,6 @@ __all__ = [
     "__version__",
     "KafkaEosError",
     "ConfigError",
-    "BrokerError",
     "KafkaClientError",
     "TransactionError",
     "TransactionFencedError",

@@ -1,5 +1,5 @@
-"""The product's operator commands (the ``kafka-eos`` console script adds the tooling's,
-see :mod:`kafka_eos_tools.cli`).
+"""The product's operator commands: the ``kafka-eos`` console script (a checkout's
+``python -m kafka_eos_tools`` adds the tooling's, see :mod:`kafka_eos_tools.cli`).
 
     kafka-eos transactions list|abort --bootstrap B --prefix P [--json]
         [-X key=value ...] [--command-config client.properties]
@@ -128,16 +128,17 @@ def _transactions(args: argparse.Namespace) -> int:
 COMMAND_GROUPS: list[CommandGroup] = [_transactions_commands]
 
 
-def build_parser(groups: Sequence[CommandGroup] = COMMAND_GROUPS) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafka-eos", description="kafka_eos: exactly-once Kafka for Spark")
+def build_parser(groups: Sequence[CommandGroup] = COMMAND_GROUPS, prog: str = "kafka-eos") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="kafka_eos: exactly-once Kafka for Spark")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in groups:
         add(sub)
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None, groups: Sequence[CommandGroup] = COMMAND_GROUPS) -> int:
-    args = build_parser(groups).parse_args(argv)
+def main(argv: Optional[Sequence[str]] = None, groups: Sequence[CommandGroup] = COMMAND_GROUPS,
+         prog: str = "kafka-eos") -> int:
+    args = build_parser(groups, prog).parse_args(argv)
     try:
         return int(args.run(args) or 0)
     except KafkaEosError as exc:

@@ -4,7 +4,6 @@
 
     KafkaEosError                      base of everything this package raises; .retriable
     ├── ConfigError (ValueError)       bad option / column; raised before any write
-    ├── BrokerError                    embedded-broker lifecycle (java, mvn, ports, readiness)
     ├── KafkaClientError               a Kafka client call failed (wraps the client's error)
     ├── TransactionError               a two-phase-commit participant is not in the state
     │   │                              the protocol needs (any sink, not only Kafka)
@@ -42,10 +41,6 @@ class ConfigError(KafkaEosError, ValueError):
     """An option or input column is wrong. The message names it and the fix."""
 
 
-class BrokerError(KafkaEosError):
-    """The embedded Kafka could not be fetched, started, reached or stopped."""
-
-
 class KafkaClientError(KafkaEosError):
     """A call to Kafka failed; ``retriable`` says whether trying again may help."""
 
@@ -69,7 +64,6 @@ class DataLossError(KafkaEosError):
 __all__ = [
     "KafkaEosError",
     "ConfigError",
-    "BrokerError",
     "KafkaClientError",
     "TransactionError",
     "TransactionFencedError",

@@ -1,13 +1,13 @@
-"""The ``kafka-eos`` command line: the product's operator commands plus the tooling's.
+"""``python -m kafka_eos_tools``: the tooling's commands plus the product's operator commands.
 
-    kafka-eos broker start [--brokers N] [--dir DIR] [--kafka-version V] [--port P]
+    python -m kafka_eos_tools broker start [--brokers N] [--dir DIR] [--kafka-version V] [--port P]
                            [--security plaintext|sasl|ssl|mtls|sasl_ssl] [--acls]
-    kafka-eos broker stop  [--dir DIR]
-    kafka-eos broker kill|restart --node N [--dir DIR]
-    kafka-eos broker status [--dir DIR]
-    kafka-eos demo [--bootstrap B] [--records N] [--crashes K] [--brokers N] ...
-    kafka-eos audit --bootstrap B --input IN --output OUT [--json]
-    kafka-eos transactions list|abort --bootstrap B --prefix P [--json]   (kafka_eos_ds.cli)
+    python -m kafka_eos_tools broker stop  [--dir DIR]
+    python -m kafka_eos_tools broker kill|restart --node N [--dir DIR]
+    python -m kafka_eos_tools broker status [--dir DIR]
+    python -m kafka_eos_tools demo [--bootstrap B] [--records N] [--crashes K] [--brokers N] ...
+    python -m kafka_eos_tools audit --bootstrap B --input IN --output OUT [--json]
+    python -m kafka_eos_tools transactions list|finish|abort ...   (the product's: kafka_eos_ds.cli)
 
 Each command group is one function that adds its sub-parser; the product's groups come
 from :data:`kafka_eos_ds.cli.COMMAND_GROUPS`.
@@ -161,7 +161,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.json:
         print(result.report.to_json())
     else:
-        print(f"kafka-eos demo: {result.fed:,} records, {result.crashes} driver crashes, {result.runs} runs, "
+        print(f"demo: {result.fed:,} records, {result.crashes} driver crashes, {result.runs} runs, "
               f"{result.seconds:.0f}s (seed {seed})")
         print(result.report.table())
         print(f"tailing read_committed consumer: {result.tail_records:,} records read while the job ran and "
@@ -223,7 +223,8 @@ COMMAND_GROUPS: list[product_cli.CommandGroup] = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return product_cli.main(argv, groups=[*COMMAND_GROUPS, *product_cli.COMMAND_GROUPS])
+    return product_cli.main(argv, groups=[*COMMAND_GROUPS, *product_cli.COMMAND_GROUPS],
+                            prog="python -m kafka_eos_tools")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 ``KAFKA_EOS_FAULT="<point>[@batch][#partition][!attempt][*n][:action]"``, several separated
 by ``,``; ``*n`` acts only at the n-th match of the run (counted in ``$KAFKA_EOS_FAULT_COUNTS``:
-e.g. the second write of a micro-batch inside foreachBatch). Actions: ``kill`` (default: SIGKILL this process; at ``driver-*`` points also
-the JVM driver's process group, so start the driver in its own session), ``exit``
+e.g. the second write of a micro-batch inside foreachBatch). Actions: ``kill`` (default:
+SIGKILL this process; at ``driver-*`` points also the JVM driver's process group, so start
+the driver in its own session), ``exit``
 (``os._exit(1)``), ``raise``, ``sleep<seconds>`` (a slow step: ``sleep20``), ``gate`` (create the
 file named by ``$KAFKA_EOS_FAULT_GATE`` and wait until the test removes it, at most
 :data:`GATE_WAIT_S`: the test acts on the cluster at that exact point, e.g. restarts a

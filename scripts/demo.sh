@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) and runs the main job: `kafka-eos demo`, an exactly-once
+# Sets up (scripts/setup.sh) and runs the main job (`python -m kafka_eos_tools demo`): an exactly-once
 # Kafka -> Spark -> Kafka pipeline on an embedded Apache Kafka, with driver crashes,
-# followed by an audit of the output. Arguments go to `kafka-eos demo`
+# followed by an audit of the output. Arguments go to the demo
 # (e.g. --bootstrap host:9092 to use your own cluster; --help for all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/kafka-eos demo "$@"
+exec .venv/bin/python -m kafka_eos_tools demo "$@"

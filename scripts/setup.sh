@@ -56,10 +56,10 @@ if [ -n "$latest" ] || [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [
   # package-dir), so Spark's discovery (pkgutil.iter_modules) sees the pyspark_* shims.
   if [ -n "$latest" ]; then
     "${pip[@]}" --upgrade pip
-    "${pip[@]}" --upgrade --upgrade-strategy eager -e '.[test]' ${pin:+"pyspark==$pin"}
+    "${pip[@]}" --upgrade --upgrade-strategy eager -e '.[dev]' ${pin:+"pyspark==$pin"}
   else
     "${pip[@]}" -c "$constraints" --upgrade pip
-    "${pip[@]}" -c "$constraints" -e '.[test]' ${pin:+"pyspark==$pin"} || {
+    "${pip[@]}" -c "$constraints" -e '.[dev]' ${pin:+"pyspark==$pin"} || {
       echo "setup: pip could not install the pinned versions of $constraints (frozen on CPython 3.11," \
            "Linux x86_64); scripts/setup.sh --latest installs the newest releases instead" >&2
       exit 1

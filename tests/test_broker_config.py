@@ -9,7 +9,7 @@ import pytest
 from kafka_eos_tools.broker import distribution
 from kafka_eos_tools.broker.cluster import EmbeddedKafka
 from kafka_eos_tools.broker.node import Node, server_properties
-from kafka_eos_ds.errors import BrokerError
+from kafka_eos_tools.errors import BrokerError
 
 
 def _props(text: str) -> dict[str, str]:

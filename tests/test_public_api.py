@@ -7,7 +7,7 @@ from kafka_eos_ds import errors
 def test_public_names_are_pinned():
     assert sorted(kafka_eos_ds.__all__) == sorted([
         "FORMAT", "register", "__version__",
-        "KafkaEosError", "ConfigError", "BrokerError", "KafkaClientError", "TransactionError",
+        "KafkaEosError", "ConfigError", "KafkaClientError", "TransactionError",
         "TransactionFencedError", "TransactionLostError", "DataLossError",
     ])
 

@@ -114,11 +114,15 @@ def test_a_batch_write_commits_under_the_identity_its_tasks_report():
         TwoPhaseStreamWriter(sink).commit([_message(WriteId(Kind.STREAM, "q", 4))], 5)
 
 
-def test_the_console_script_has_the_operator_and_the_tooling_commands(capsys):
-    from kafka_eos_tools import cli
+def test_the_product_command_is_the_operators_and_the_checkout_adds_the_tooling(capsys):
+    from kafka_eos_ds import cli as product
+    from kafka_eos_tools import cli as tooling
 
-    with pytest.raises(SystemExit):
-        cli.main(["--help"])
-    out = capsys.readouterr().out
-    for command in ("broker", "demo", "audit", "transactions"):
-        assert command in out
+    def commands(main):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        out = capsys.readouterr().out
+        return {name for name in ("broker", "demo", "audit", "transactions") if f"    {name}" in out}
+
+    assert commands(product.main) == {"transactions"}
+    assert commands(tooling.main) == {"broker", "demo", "audit", "transactions"}

@@ -19,7 +19,6 @@ import time
 import uuid
 from pathlib import Path
 
-from kafka_eos_ds.errors import BrokerError
 from kafka_eos_tools.broker import distribution, maven
 from kafka_eos_tools.broker import security as sec
 from kafka_eos_tools.broker.node import (
@@ -32,6 +31,7 @@ from kafka_eos_tools.broker.node import (
     start_process,
     stop_process,
 )
+from kafka_eos_tools.errors import BrokerError
 
 STATE_FILE = "cluster.json"
 
@@ -128,7 +128,8 @@ class EmbeddedKafka:
             if existing.running() and len(existing.nodes) != self.brokers:
                 raise BrokerError(
                     f"A {len(existing.nodes)}-broker cluster is already running in {self.directory}; "
-                    f"stop it first ('kafka-eos broker stop --dir {self.directory}') to start {self.brokers}."
+                    f"stop it first ('python -m kafka_eos_tools broker stop --dir {self.directory}') to start "
+                    f"{self.brokers}."
                 )
             if existing.running() and (existing.security, existing.acls) != (self.security, self.acls):
                 raise BrokerError(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kafka_eos_ds.errors import BrokerError
 from kafka_eos_tools.broker import maven
+from kafka_eos_tools.errors import BrokerError
 
 # A 4.x line as the default and a 3.9 line so compatibility can be tested.
 VERSIONS = {"4.1": "4.1.1", "3.9": "3.9.1"}

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from kafka_eos_ds.errors import BrokerError
+from kafka_eos_tools.errors import BrokerError
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>

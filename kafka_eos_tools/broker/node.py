@@ -1,7 +1,7 @@
 """One KRaft node (broker + controller in one JVM): its config, storage and process.
 
 A node is described by a small JSON-able dataclass so that a cluster started by one
-process (``kafka-eos broker start``) can be stopped by another (``... stop``).
+process (``python -m kafka_eos_tools broker start``) can be stopped by another (``... stop``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from kafka_eos_ds.errors import BrokerError
+from kafka_eos_tools.errors import BrokerError
 
 # Sized for a 2-core, 24 GiB machine running up to three nodes next to Spark.
 HEAP_OPTS = ["-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafka_eos_ds.errors import BrokerError
 from kafka_eos_ds.kafka.settings import logged
+from kafka_eos_tools.errors import BrokerError
 
 READY_TOPIC = "_kafka_eos_ready"
 

@@ -28,7 +28,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable
 
-from kafka_eos_ds.errors import BrokerError
+from kafka_eos_tools.errors import BrokerError
 
 ADMIN = "admin"
 # alice gets the ACLs a pipeline needs in tests; bob is a second, separately granted user.
@@ -39,7 +39,7 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 class Security(str, Enum):
-    """The client listener's protocol (``kafka-eos broker start --security``)."""
+    """The client listener's protocol (``python -m kafka_eos_tools broker start --security``)."""
 
     PLAINTEXT = "plaintext"
     SASL = "sasl"  # SASL_PLAINTEXT

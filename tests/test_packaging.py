@@ -1,0 +1,27 @@
+"""The product's wheel holds the product: no tooling, tests or benchmarks, and its command
+is the product's own."""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_holds_the_product_only(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path),
+                           str(REPO)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = tmp_path.glob("kafka_eos_ds-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/", 1)[0] for name in names}
+    assert {"kafka_eos_ds", "pyspark_kafka_eos.py", "pyspark_kafka_eos_file.py"} <= tops
+    assert not tops & {"kafka_eos_tools", "tests", "integration", "scripts", "docs"}, sorted(tops)
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    parsed = configparser.ConfigParser()
+    parsed.read_string(zipfile.ZipFile(wheel).read(entry_points).decode())
+    assert dict(parsed["console_scripts"]) == {"kafka-eos": "kafka_eos_ds.cli:main"}
