@@ -47,7 +47,8 @@ def register(spark: "SparkSession") -> None:
 def _error_condition(exc: Exception) -> str | None:
     for getter in ("getCondition", "getErrorClass"):  # getErrorClass before pyspark 4.0's rename
         if hasattr(exc, getter):
-            return getattr(exc, getter)()
+            condition = getattr(exc, getter)()
+            return str(condition) if condition is not None else None
     return None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaEosError
 
@@ -48,7 +48,7 @@ def add_client_settings(parser: argparse.ArgumentParser) -> None:
                         help="a Java properties file of Kafka client settings (security etc.)")
 
 
-def client_settings(args: argparse.Namespace) -> dict:
+def client_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The client settings of ``args``: --bootstrap, the file, then -X (a later one wins),
     translated and checked like the connector's ``kafka.*`` options."""
     from kafka_eos_ds.kafka.java_settings import translate

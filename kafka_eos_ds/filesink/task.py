@@ -76,7 +76,7 @@ class _FileWriter:
         self._parquet: Any = None
 
     def write_all(self, items: Iterable[Any]) -> int:
-        rows: list = []
+        rows: list[dict[str, Any]] = []
         for item in items:
             if hasattr(item, "num_columns"):
                 self._write_batch(item)
@@ -89,7 +89,7 @@ class _FileWriter:
             self._write_rows(rows)
         return self.records
 
-    def _write_rows(self, rows: list) -> None:
+    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 

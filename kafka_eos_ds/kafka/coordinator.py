@@ -90,7 +90,7 @@ def _txn_state(transactional_id: str, desc: Any) -> TxnState:
 def error_name(code: int) -> str:
     import kafka.errors as kerrors
 
-    return kerrors.for_code(code).__name__
+    return str(kerrors.for_code(code).__name__)
 
 
 class TransactionCoordinator:

@@ -239,7 +239,7 @@ class ClientCredentialsTokenProvider:
             self._expires = time.time() + 0.8 * lifetime
         return self._token
 
-    def extensions(self) -> dict:
+    def extensions(self) -> dict[str, Any]:
         return dict(self._extensions)
 
     def _fetch(self) -> tuple[str, float]:

@@ -44,7 +44,7 @@ def hide_values(text: str, conf: Mapping[str, Any]) -> str:
     return text
 
 
-class ClientParams(dict):
+class ClientParams(dict[str, Any]):
     """Client settings (a plain dict) whose repr and str hide the secrets, so the options
     objects holding them can be printed and logged."""
 

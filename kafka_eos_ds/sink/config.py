@@ -128,7 +128,7 @@ def _idempotence_fits(producer: Mapping[str, str]) -> bool:
         return True  # not a number: librdkafka's check names the option
 
 
-def _transaction_timeout(producer: dict) -> int:
+def _transaction_timeout(producer: dict[str, Any]) -> int:
     for key in list(producer):
         if key.lower() == "transaction.timeout.ms":
             value = producer.pop(key)

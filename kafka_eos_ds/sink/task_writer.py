@@ -35,13 +35,13 @@ class _Delivery:
     """Counts failed delivery reports (only errors are reported: delivery.report.only.error)."""
 
     def __init__(self) -> None:
-        self.errors: list = []
+        self.errors: list[tuple[Any, Optional[str]]] = []
 
     def __call__(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.errors.append((err, msg.topic() if msg is not None else None))
 
-    def first(self) -> tuple:
+    def first(self) -> tuple[Any, Optional[str]]:
         """The error that explains the others: when a transactional producer fails (a
         topic it may not write to, say), librdkafka purges its queue and reports the
         purged records too, often before the record that carries the cause."""

@@ -38,7 +38,7 @@ class KafkaBatchReader(DataSourceReader):
     ...      .option("subscribe", "orders").load().count())
     """
 
-    def __init__(self, schema: StructType, options: dict) -> None:
+    def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.options = SourceOptions.from_spark(options, streaming=False)
         check_schema(schema, self.options.include_headers)
 

@@ -36,14 +36,14 @@ class KafkaMetadata:
     (``Consumer``); unit tests pass fakes.
     """
 
-    def __init__(self, options: SourceOptions, *, admin_factory: Optional[Callable[[dict], AdminLike]] = None,
-                 consumer_factory: Optional[Callable[[dict], ConsumerLike]] = None) -> None:
+    def __init__(self, options: SourceOptions, *, admin_factory: Optional[Callable[[dict[str, Any]], AdminLike]] = None,
+                 consumer_factory: Optional[Callable[[dict[str, Any]], ConsumerLike]] = None) -> None:
         self._options = options
         self._admin_factory, self._consumer_factory = admin_factory, consumer_factory
         self._admin: Optional[AdminLike] = None
         self._consumer: Optional[ConsumerLike] = None
-        self._admin_conf: dict = {}
-        self._consumer_conf: dict = {}
+        self._admin_conf: dict[str, Any] = {}
+        self._consumer_conf: dict[str, Any] = {}
         # Each client's error callback: the authentication or TLS error behind a failed call.
         self._admin_watch, self._consumer_watch = AuthWatch(), AuthWatch()
         self._pattern = re.compile(options.subscription.pattern) if options.subscription.pattern else None
@@ -143,7 +143,7 @@ class KafkaMetadata:
             delay = min(delay * 2, 2.0)
         return {(r.topic, r.partition): (r.offset if r.offset >= 0 else None) for r in result}
 
-    def _list_offsets(self, specs: dict) -> Offsets:
+    def _list_offsets(self, specs: dict[Any, Any]) -> Offsets:
         from confluent_kafka import IsolationLevel, TopicPartition
 
         if not specs:
@@ -165,7 +165,7 @@ def _coordinator_moving(exc: Optional[BaseException]) -> bool:
         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
-def _client(factory: Callable[[dict], Any], conf: dict) -> Any:
+def _client(factory: Callable[[dict[str, Any]], Any], conf: dict[str, Any]) -> Any:
     from confluent_kafka import KafkaException
 
     try:

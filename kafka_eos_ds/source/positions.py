@@ -9,7 +9,7 @@ consumer group's committed offsets and, per partition without one, at the earlie
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.source.metadata import KafkaMetadata
@@ -37,6 +37,7 @@ def resolve(spec: OffsetSpec, partitions: Iterable[TopicPartitionKey], metadata:
         latest = metadata.latest(tp for tp, off in wanted.items() if off == LATEST)
         return {tp: earliest.get(tp, latest.get(tp, off)) if off < 0 else off for tp, off in wanted.items()}
     if spec.kind is Position.TIMESTAMP:
+        assert spec.timestamp is not None  # a TIMESTAMP position always has one
         return _by_time({tp: spec.timestamp for tp in tps}, spec.strategy, metadata, option)
     if spec.kind is Position.TIMESTAMPS:
         _same_partitions(option, set(spec.offsets), tps)
@@ -44,9 +45,9 @@ def resolve(spec: OffsetSpec, partitions: Iterable[TopicPartitionKey], metadata:
     raise ConfigError(f"Option '{option}': unknown position kind {spec.kind!r}.")
 
 
-def _same_partitions(option: str, named: set, current: set) -> None:
+def _same_partitions(option: str, named: set[Any], current: set[Any]) -> None:
     if named != current:
-        def show(tps: set) -> str:
+        def show(tps: set[Any]) -> str:
             return ", ".join(f"{t}-{p}" for t, p in sorted(tps)) or "none"
 
         raise ConfigError(
@@ -55,7 +56,7 @@ def _same_partitions(option: str, named: set, current: set) -> None:
         )
 
 
-def _by_time(stamps: dict, strategy: str, metadata: KafkaMetadata, option: str) -> Offsets:
+def _by_time(stamps: dict[Any, int], strategy: str, metadata: KafkaMetadata, option: str) -> Offsets:
     found = metadata.for_times(stamps)
     unmatched = sorted(tp for tp, off in found.items() if off is None)
     if unmatched and strategy == "error":

@@ -111,7 +111,7 @@ class _RangeReader:
         r = self.range
         self.consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
         position = r.from_offset
-        pending: list = []  # messages of the next batch; one Arrow build, no concatenation
+        pending: list[Any] = []  # messages of the next batch; one Arrow build, no concatenation
         last_progress = time.monotonic()
         while position < r.until_offset:
             # consume() waits until it has num_messages or the timeout passes: never ask
@@ -190,7 +190,7 @@ class _RangeReader:
             return self.consumer.get_watermark_offsets(TopicPartition(self.range.topic, self.range.partition),
                                                        timeout=30, cached=False)
 
-    def _chunk(self, records: list) -> Any:
+    def _chunk(self, records: list[Any]) -> Any:
         from confluent_kafka import Message
 
         pa, np = self.pa, self.np

@@ -55,7 +55,7 @@ def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
     return {tp: (start[tp] + take[tp] if tp in start else latest[tp]) for tp in latest}
 
 
-_said: list = []
+_said: list[bool] = []
 
 
 def _say_once_limits_are_the_readers() -> None:
@@ -112,7 +112,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ...       .option("subscribe", "orders").load())
     """
 
-    def __init__(self, schema: StructType, options: dict, *,
+    def __init__(self, schema: StructType, options: dict[str, str], *,
                  metadata_factory: Callable[[SourceOptions], KafkaMetadata] = KafkaMetadata) -> None:
         self.options = SourceOptions.from_spark(options, streaming=True)
         check_schema(schema, self.options.include_headers)
@@ -128,7 +128,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
         self._group_committed: Optional[Offsets] = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # Executors need only the options; driver clients cannot be pickled.
         state = dict(self.__dict__)
         state["_metadata"] = None
@@ -141,7 +141,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._metadata
 
     # -- offsets -----------------------------------------------------------------------
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         # Resolved once per run: pyspark < 4.2 asks for it after the first latestOffset()
         # too, and a second "latest" would start the first batch past its planned end.
         if self._initial is None:
@@ -160,7 +160,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: Optional[dict] = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: Optional[dict[str, Any]] = None, limit: Any = None) -> dict[str, Any]:
         if start is not None:
             begin = offsets_json.from_json(start)
             self._current = begin
@@ -213,7 +213,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return latest
         return limit_offsets(begin, latest, max_rows)
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> Optional[dict[str, Any]]:
         return offsets_json.to_json(self._latest) if self._latest is not None else None
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -221,7 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.metadata.latest(parts)
 
     # -- planning and reading ----------------------------------------------------------
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = offsets_json.from_json(start), offsets_json.from_json(end)
         # The next batch starts here. On a restart Spark announces the offset log's
         # latest end by planning it as an empty range (partitions(end, end)) before it
@@ -234,7 +234,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(partition)  # type: ignore[arg-type]
 
     # -- after a batch -----------------------------------------------------------------
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self._commit_to_group(offsets_json.from_json(end))
 
     def _commit_to_group(self, offsets: Offsets) -> None:

@@ -353,8 +353,9 @@ class TwoPhaseCommitter:
         return self._retrying(call, "Could not read the sink's decisions", then=then)
 
     def _open_ids(self, write: WriteId) -> Sequence[str]:
-        return self._retrying(lambda: self.participants.open_ids(write),
-                              "Could not list the sink's open transactions", then=_RESTART)
+        ids: Sequence[str] = self._retrying(lambda: self.participants.open_ids(write),
+                                            "Could not list the sink's open transactions", then=_RESTART)
+        return ids
 
     def _fence_one(self, participant_id: str) -> None:
         self._retrying(lambda: self.participants.fence(participant_id), f"Could not abort {participant_id}",
