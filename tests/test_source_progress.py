@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.sink import source_progress
+from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink import batch_writer
 
@@ -23,15 +23,16 @@ def offset_log(root, batch, *sources):
 def test_end_offsets_come_from_the_batchs_offset_log(tmp_path):
     offset_log(tmp_path, 0, '{"in":{"0":10,"1":7}}')
     offset_log(tmp_path, 3, '{"in":{"0":40,"1":33}}')
-    assert source_progress.latest_batch(tmp_path) == 3
-    assert source_progress.end_offsets(tmp_path, 0) == {"in": {"0": 10, "1": 7}}
-    assert source_progress.progress("g", tmp_path, 3) == {"group": "g", "offsets": {"in": {"0": 40, "1": 33}}}
+    checkpoint = Checkpoint.at(str(tmp_path))
+    assert checkpoint.latest_batch() == 3 and checkpoint.latest_batch("commits") == -1
+    assert checkpoint.end_offsets(0) == {"in": {"0": 10, "1": 7}}
+    assert checkpoint.progress("g", 3) == {"group": "g", "offsets": {"in": {"0": 40, "1": 33}}}
 
 
 def test_the_query_id_comes_from_the_checkpoint_metadata(tmp_path):
-    assert source_progress.query_id(tmp_path) is None
+    assert Checkpoint.at(str(tmp_path)).query_id() is None
     (tmp_path / "metadata").write_text(json.dumps({"id": "q-1"}) + "\n")
-    assert source_progress.query_id(tmp_path) == "q-1"
+    assert Checkpoint.at(f"file://{tmp_path}").query_id() == "q-1"
 
 
 @pytest.mark.parametrize("sources, message", [
@@ -43,17 +44,30 @@ def test_the_query_id_comes_from_the_checkpoint_metadata(tmp_path):
 def test_a_query_the_option_cannot_serve_is_refused_naming_it(tmp_path, sources, message):
     offset_log(tmp_path, 0, *sources)
     with pytest.raises(ConfigError, match=message) as info:
-        source_progress.end_offsets(tmp_path, 0)
+        Checkpoint.at(str(tmp_path)).end_offsets(0)
     assert "sourceGroupId" in str(info.value)
 
 
-def test_only_local_checkpoints_are_accepted(tmp_path):
-    assert source_progress.checkpoint_dir(str(tmp_path)) == tmp_path
-    assert source_progress.checkpoint_dir(f"file://{tmp_path}") == tmp_path
-    with pytest.raises(ConfigError, match="local checkpointLocation"):
-        source_progress.checkpoint_dir("s3a://bucket/ckpt")
+def test_checkpoints_are_read_where_spark_keeps_them_and_other_schemes_are_named():
+    from kafka_eos_ds.storage import StorageOptions, locate, readable
+
+    for location in ("/ckpt/q", "file:///ckpt/q", "hdfs://nn:8020/ckpt/q", "viewfs://cluster/ckpt/q",
+                     "s3a://bucket/ckpt/q", "s3://bucket/ckpt/q"):
+        assert readable(location), location
+    with pytest.raises(ConfigError, match="scheme 'abfs'.*hdfs://.*s3a://"):
+        locate("abfs://c@acct.dfs.core.windows.net/ckpt")
     with pytest.raises(ConfigError, match="checkpointLocation"):
-        source_progress.checkpoint_dir(None)
+        Checkpoint.at(None)
+    options = StorageOptions.from_options({"fs.s3a.secret.key": "s3cr3t", "fs.s3a.endpoint": "h:9000", "topic": "x"})
+    assert options.get("FS.S3A.ENDPOINT") == "h:9000" and "s3cr3t" not in repr(options) and "topic" not in repr(options)
+
+
+def test_source_group_needs_a_checkpoint_the_sink_can_read():
+    with pytest.raises(ConfigError, match="sourceGroupId.*cannot be read"):
+        SinkConfig.from_options({**BASE, "sourceGroupId": "g", "checkpointLocation": "gs://b/ckpt"}, SCHEMA)
+    config = SinkConfig.from_options({**BASE, "sourceGroupId": "g", "checkpointLocation": "hdfs://nn:8020/c",
+                                      "fs.s3a.access.key": "AKIA", "fs.s3a.secret.key": "s3cr3t"}, SCHEMA)
+    assert config.storage.get("fs.s3a.access.key") == "AKIA" and "s3cr3t" not in repr(config)
 
 
 SCHEMA = StructType([StructField("value", StringType())])

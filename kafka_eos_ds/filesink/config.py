@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlparse
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.layout import EXTENSIONS, Layout
 from kafka_eos_ds.options import Options
+from kafka_eos_ds.storage import StorageOptions
 
 FILE_FORMATS = tuple(EXTENSIONS)
 _SUPPORTED = ("a local directory path (/data/out, relative paths are resolved on the driver) or a file: URI "
@@ -27,6 +28,7 @@ class FileSinkConfig:
     file_format: str
     commit_timeout_s: float
     checkpoint: Optional[str] = None  # a streaming query's checkpointLocation (Spark passes it)
+    storage: StorageOptions = StorageOptions()  # how to read it (Hadoop's fs.* names)
 
     @property
     def layout(self) -> Layout:
@@ -39,7 +41,8 @@ class FileSinkConfig:
                                    f"directory: {_SUPPORTED}.")
         file_format = opts.get_choice("fileFormat", FILE_FORMATS, "parquet")
         timeout_ms = opts.get_int("commitTimeoutMs", 120_000, minimum=1000) or 120_000
-        return cls(local_path(raw), file_format, timeout_ms / 1000, opts.get("checkpointLocation"))
+        return cls(local_path(raw), file_format, timeout_ms / 1000, opts.get("checkpointLocation"),
+                   StorageOptions.from_options(options))
 
 
 def local_path(raw: str) -> Path:

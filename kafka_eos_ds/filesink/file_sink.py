@@ -22,7 +22,7 @@ from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
-from kafka_eos_ds.sink import source_progress
+from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
@@ -41,8 +41,10 @@ class FileSink:
     def prepare(self, spec: WriteSpec) -> DoneMark:
         check_writable(self.config.layout)
         if spec.streaming:
-            checkpoint = source_progress.local_checkpoint(self.config.checkpoint)
-            query = source_progress.query_id(checkpoint) if checkpoint is not None else None
+            try:
+                query = Checkpoint.at(self.config.checkpoint, self.config.storage).query_id()
+            except ConfigError:
+                query = None
             if query is None:
                 # Without the query's id its staging cannot be found: its tasks then write
                 # under new names (a re-run of a decided batch is still caught at commit).

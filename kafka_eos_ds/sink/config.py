@@ -18,6 +18,7 @@ from kafka_eos_ds.kafka.settings import check_settings
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC
+from kafka_eos_ds.storage import SUPPORTED, StorageOptions, readable
 
 
 class Guarantee(str, enum.Enum):
@@ -72,6 +73,7 @@ class SinkConfig:
     source_group_id: Optional[str] = None
     checkpoint: Optional[str] = None
     idempotent: bool = True
+    storage: StorageOptions = StorageOptions()  # how to read the checkpoint (Hadoop's fs.* names)
 
     @property
     def exactly_once(self) -> bool:
@@ -110,8 +112,13 @@ class SinkConfig:
         if group is not None and guarantee != EXACTLY_ONCE:
             raise ConfigError("Option 'sourceGroupId' commits the source's offsets inside the sink's transactions; "
                               "it needs deliveryGuarantee 'exactly_once'. Remove one of them.")
+        checkpoint = opts.get("checkpointLocation")
+        if group is not None and checkpoint is not None and not readable(checkpoint):
+            raise ConfigError(f"Option 'sourceGroupId' reads each batch's end offsets from the checkpoint, but the "
+                              f"checkpointLocation's scheme cannot be read from Python; the sink reads {SUPPORTED}. "
+                              "Use one of those, or remove 'sourceGroupId'.")
         return cls(producer, topic, guarantee, prefix, (opts.get("commitLogTopic") or DEFAULT_TOPIC).strip(),
-                   timeout, columns, group, opts.get("checkpointLocation"), idempotent)
+                   timeout, columns, group, checkpoint, idempotent, StorageOptions.from_options(raw))
 
 
 def _idempotence_fits(producer: Mapping[str, str]) -> bool:

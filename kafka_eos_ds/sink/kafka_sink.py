@@ -13,6 +13,7 @@ and :class:`~.participants.KafkaTransactions` — into a
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -23,11 +24,11 @@ from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.kafka.errors import AuthWatch, mapping_client_errors
 from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.options import Options
-from kafka_eos_ds.sink import source_progress
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.participants import KafkaTransactions
+from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
@@ -35,6 +36,7 @@ from kafka_eos_ds.twophase.protocol import DoneMark, Participant
 from kafka_eos_ds.twophase.retrying import retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
+log = logging.getLogger(__name__)
 _SETUP = "Nothing was decided by this step; restarting the query runs it again."
 
 
@@ -68,11 +70,12 @@ class KafkaSink:
         if not self.config.exactly_once:
             return DoneMark()
         if spec.streaming:
-            query = self._stream_query()
+            checkpoint = self._checkpoint()
+            query = self._stream_query(checkpoint)
             write = WriteId(Kind.STREAM, query or "", -1)
             with self._committer(write, metadata) as committer:
-                if query is not None:
-                    self._require_decisions(committer, write)
+                if checkpoint is not None and query is not None:
+                    self._require_decisions(committer, write, checkpoint)
                 return committer.recover(write, known_query=query is not None)
         planned = spec.planned()
         if planned is not None:
@@ -106,27 +109,36 @@ class KafkaSink:
 
     # -- steps --------------------------------------------------------------------
 
-    def _stream_query(self) -> Optional[str]:
-        """The streaming query's id from its checkpoint (None where it cannot be read)."""
-        checkpoint = source_progress.local_checkpoint(self.config.checkpoint)
-        return source_progress.query_id(checkpoint) if checkpoint is not None else None
+    def _checkpoint(self) -> Optional[Checkpoint]:
+        """The query's checkpoint; None (said once, in a warning) where its scheme cannot be
+        read from Python: the checks that need it are then off (a second query on the
+        prefix, a lost commit log)."""
+        try:
+            return Checkpoint.at(self.config.checkpoint, self.config.storage)
+        except ConfigError as exc:
+            log.warning("%s The sink cannot tell this query's decisions from another query's on the same "
+                        "'transactionalIdPrefix', nor notice a lost commit log.", exc)
+            return None
 
-    def _require_decisions(self, committer: TwoPhaseCommitter, write: WriteId) -> None:
+    def _stream_query(self, checkpoint: Optional[Checkpoint]) -> Optional[str]:
+        """The streaming query's id from its checkpoint (None where it cannot be read)."""
+        return self._retry(checkpoint.query_id, "Could not read the checkpoint") if checkpoint is not None else None
+
+    def _require_decisions(self, committer: TwoPhaseCommitter, write: WriteId, checkpoint: Checkpoint) -> None:
         """Fail when the checkpoint has committed batches but the commit log has no decision
         of this query: the log was deleted or re-created (or the options naming it
         changed), and recovery would take decided batches for undecided ones and write
         them again."""
-        checkpoint = source_progress.local_checkpoint(self.config.checkpoint)
-        committed = source_progress.latest_batch(checkpoint, "commits") if checkpoint is not None else -1
+        committed = self._retry(lambda: checkpoint.latest_batch("commits"), "Could not read the checkpoint")
         if committed < 0 or self._retry(lambda: committer.decisions.latest(write.key),
                                         "Could not read the sink's decisions") is not None:
             return
         raise TransactionError(
             f"The commit-log topic '{self.config.commit_log_topic}' (option 'commitLogTopic') holds no decision of "
             f"query {write.app} on the sink '{self.config.prefix}' (option 'transactionalIdPrefix'), but the "
-            f"checkpoint {checkpoint} has committed batches up to {committed}: the topic was deleted or re-created, "
-            "or one of those options changed. Nothing is written: recovery cannot tell which of the last batch's "
-            "transactions were decided. See docs/troubleshooting.md, \"The commit log lost its decisions\".",
+            f"checkpoint {checkpoint.location} has committed batches up to {committed}: the topic was deleted or "
+            "re-created, or one of those options changed. Nothing is written: recovery cannot tell which of the last "
+            "batch's transactions were decided. See docs/troubleshooting.md, \"The commit log lost its decisions\".",
             retriable=False)
 
     @contextlib.contextmanager
@@ -154,7 +166,10 @@ class KafkaSink:
         group = self.config.source_group_id
         if group is None or write.kind is not Kind.STREAM:
             return None
-        return source_progress.progress(group, source_progress.checkpoint_dir(self.config.checkpoint), write.version)
+        checkpoint = Checkpoint.at(self.config.checkpoint, self.config.storage)
+        progress: dict[str, Any] = self._retry(lambda: checkpoint.progress(group, write.version),
+                                               "Could not read the checkpoint")
+        return progress
 
 
 def sink_of(schema: StructType, options: Mapping[str, Any]) -> KafkaSink:

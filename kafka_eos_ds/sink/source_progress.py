@@ -1,83 +1,79 @@
-"""What a batch consumed, read from the query's checkpoint, to commit with the batch.
+"""A streaming query's checkpoint as the sink reads it, and what a batch consumed.
 
-With the sink option ``sourceGroupId``, each batch's end offsets (Spark's offset log,
-``<checkpoint>/offsets/<batchId>``) are committed to that consumer group *inside* the
-batch's first Kafka transaction. The group then always says exactly where the output
-ends, so a query whose checkpoint was lost resumes with ``startingOffsets=group`` with no
-loss and no duplicate (docs/fault-tolerance.md, "The checkpoint is lost").
+The sink reads three things from the query's checkpoint (Spark's files, wherever
+``checkpointLocation`` puts them, through :mod:`kafka_eos_ds.storage`): the query id
+(``metadata``), the batches Spark recorded as committed (``commits/``), and a batch's end
+offsets (the offset log, ``offsets/<batchId>``).
+
+With the sink option ``sourceGroupId``, each batch's end offsets are committed to that
+consumer group *inside* the batch's first Kafka transaction. The group then always says
+exactly where the output ends, so a query whose checkpoint was lost resumes with
+``startingOffsets=group`` with no loss and no duplicate (docs/fault-tolerance.md, "The
+checkpoint is lost").
 
 Spark's offset log file: ``v1``, a line of batch metadata, then one line per source
 (its offset JSON, or ``-`` for none). The query must have exactly one source, a Kafka
-one (``{"topic": {"partition": offset}}``). Only local checkpoints (a path or
-``file:`` URI) can be read here: the driver-side writer runs in a Python process
-without Hadoop file systems.
+one (``{"topic": {"partition": offset}}``).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Mapping, Optional
-from urllib.parse import urlparse
 
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.storage import StorageOptions, Store, locate
 
 OPTION = "sourceGroupId"
 
 
-def checkpoint_dir(location: Optional[str]) -> Path:
-    """The local directory of ``checkpointLocation``; ConfigError when it is not local."""
-    if not location:
-        raise ConfigError(f"Option '{OPTION}' needs the query's 'checkpointLocation' (a streaming query); "
-                          f"remove '{OPTION}' for batch writes.")
-    parsed = urlparse(location)
-    if parsed.scheme not in ("", "file"):
-        raise ConfigError(f"Option '{OPTION}' needs a local checkpointLocation (a path or file: URI), got "
-                          f"scheme '{parsed.scheme}'. Use a local (or mounted) checkpoint, or remove '{OPTION}'.")
-    return Path(parsed.path if parsed.scheme else location)
+class Checkpoint:
+    """One query's checkpoint directory, read through the store that holds it."""
 
+    def __init__(self, location: str, store: Store, path: str) -> None:
+        self.location = location
+        self._store = store
+        self._path = path.rstrip("/") or "/"
 
-def local_checkpoint(location: Optional[str]) -> Optional[Path]:
-    """The local directory of ``checkpointLocation``; None when there is none or it is not local."""
-    if not location:
-        return None
-    parsed = urlparse(location)
-    return Path(parsed.path if parsed.scheme else location) if parsed.scheme in ("", "file") else None
+    @classmethod
+    def at(cls, location: Optional[str], options: Optional[StorageOptions] = None) -> "Checkpoint":
+        """The checkpoint at ``location`` (ConfigError when there is none, or its scheme
+        cannot be read)."""
+        if not location:
+            raise ConfigError(f"Option '{OPTION}' needs the query's 'checkpointLocation' (a streaming query); "
+                              f"remove '{OPTION}' for batch writes.")
+        return cls(location, *locate(location, options or StorageOptions()))
 
+    def _file(self, *parts: str) -> str:
+        return "/".join([self._path, *parts]) if self._path != "/" else "/" + "/".join(parts)
 
-def query_id(checkpoint: Path) -> Optional[str]:
-    """The query id Spark stored in ``<checkpoint>/metadata`` (None before it exists)."""
-    try:
-        return str(json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"])
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
+    def query_id(self) -> Optional[str]:
+        """The query id Spark stored in ``metadata`` (None before it exists)."""
+        try:
+            return str(json.loads(self._store.read_text(self._file("metadata")).splitlines()[0])["id"])
+        except (FileNotFoundError, ValueError, KeyError, IndexError):
+            return None
 
+    def latest_batch(self, log: str = "offsets") -> int:
+        """The highest batch id in one of the logs (``offsets``, ``commits``); -1 if none."""
+        return max((int(name) for name in self._store.list_names(self._file(log)) if name.isdigit()), default=-1)
 
-def latest_batch(checkpoint: Path, log: str = "offsets") -> int:
-    """The highest batch id in one of the checkpoint's logs (``offsets``, ``commits``); -1 if none."""
-    try:
-        return max((int(p.name) for p in (checkpoint / log).iterdir() if p.name.isdigit()), default=-1)
-    except OSError:
-        return -1
+    def end_offsets(self, batch_id: int) -> dict[str, dict[str, int]]:
+        """Batch ``batch_id``'s end offsets ``{"topic": {"partition": offset}}`` from the offset log."""
+        path = self._file("offsets", str(int(batch_id)))
+        try:
+            lines = self._store.read_text(path).splitlines()
+        except OSError as exc:
+            raise ConfigError(f"Option '{OPTION}': cannot read Spark's offset log {path}: {exc}.") from exc
+        sources = [line for line in lines[2:] if line.strip()]
+        if len(sources) != 1:
+            raise ConfigError(f"Option '{OPTION}' needs a query with exactly one source (a kafka_eos source); "
+                              f"batch {batch_id} has {len(sources)}. Remove '{OPTION}'.")
+        return _kafka_offsets(sources[0], batch_id)
 
-
-def end_offsets(checkpoint: Path, batch_id: int) -> dict[str, dict[str, int]]:
-    """Batch ``batch_id``'s end offsets ``{"topic": {"partition": offset}}`` from the offset log."""
-    path = checkpoint / "offsets" / str(int(batch_id))
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"Option '{OPTION}': cannot read Spark's offset log {path}: {exc}.") from exc
-    sources = [line for line in lines[2:] if line.strip()]
-    if len(sources) != 1:
-        raise ConfigError(f"Option '{OPTION}' needs a query with exactly one source (a kafka_eos source); "
-                          f"batch {batch_id} has {len(sources)}. Remove '{OPTION}'.")
-    return _kafka_offsets(sources[0], batch_id)
-
-
-def progress(group_id: str, checkpoint: Path, batch_id: int) -> dict[str, Any]:
-    """The JSON the decision carries: the group and the batch's end offsets."""
-    return {"group": group_id, "offsets": end_offsets(checkpoint, batch_id)}
+    def progress(self, group_id: str, batch_id: int) -> dict[str, Any]:
+        """The JSON the decision carries: the group and the batch's end offsets."""
+        return {"group": group_id, "offsets": self.end_offsets(batch_id)}
 
 
 def _kafka_offsets(text: str, batch_id: int) -> dict[str, dict[str, int]]:

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_eos_ds.kafka.settings import logged
-from kafka_eos_ds.sink.source_progress import latest_batch
+from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_tools.audit import AuditReport, audit
 from kafka_eos_tools.demo import processes
 
@@ -387,7 +387,7 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, 
     committed it; the write is seen as OUT's high watermark (uncommitted records count)
     growing while N is planned and not committed. False if the input ran out first.
     """
-    checkpoint = plan.workdir / "checkpoint"
+    checkpoint = Checkpoint.at(str(plan.workdir / "checkpoint"))
     watcher = Consumer(logged({"bootstrap.servers": plan.bootstrap, "group.id": "kafka-eos-chaos-watch",
                                "isolation.level": "read_uncommitted"}))
     parts = [TopicPartition(output_topic, p) for p in range(plan.output_partitions)]
@@ -402,7 +402,7 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, 
             if frac() >= 1.0:
                 return False
             pipeline.ensure_running()
-            planned, committed = latest_batch(checkpoint, "offsets"), latest_batch(checkpoint, "commits")
+            planned, committed = checkpoint.latest_batch("offsets"), checkpoint.latest_batch("commits")
             if planned > committed:
                 if watching[0] != planned:
                     watching = (planned, high())
