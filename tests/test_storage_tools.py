@@ -4,12 +4,15 @@ the metastore's readiness call, and the errors for missing tools."""
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import sys
+import threading
 import time
 
 import pytest
 
-from kafka_eos_tools.storage import ServerError
+from kafka_eos_tools.storage import ServerError, metastore
 from kafka_eos_tools.storage.process import ServerProcess
 
 
@@ -54,3 +57,45 @@ def test_missing_javac_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with pytest.raises(ServerError, match="'javac' is not on PATH.*KAFKA_EOS_HDFS / KAFKA_EOS_METASTORE"):
         javamain.compiled("Nothing", "class Nothing {}", "")
+def _replying_server(reply: bytes) -> tuple[socket.socket, threading.Thread]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _thrift_reply(message_type: int, fields: bytes) -> bytes:
+    name = b"get_all_databases"
+    return struct.pack(">iI", -2147418112 | message_type, len(name)) + name + struct.pack(">i", 1) + fields
+
+
+def test_list_databases_reads_a_thrift_reply():
+    names = b"".join(struct.pack(">I", len(n)) + n for n in (b"default", b"sales"))
+    server, thread = _replying_server(_thrift_reply(2, struct.pack(">BhBi", 15, 0, 11, 2) + names + b"\x00"))
+    with server:
+        assert metastore.list_databases(server.getsockname()[1]) == ["default", "sales"]
+    thread.join(5)
+
+
+def test_list_databases_refuses_a_meta_exception():
+    server, thread = _replying_server(_thrift_reply(2, struct.pack(">Bh", 12, 1) + b"\x00\x00"))
+    with server, pytest.raises(ServerError, match="field 1"):
+        metastore.list_databases(server.getsockname()[1])
+    thread.join(5)
+
+
+def test_metastore_settings_keep_everything_in_its_directory(tmp_path):
+    settings = metastore.site_settings(tmp_path)
+    assert settings["javax.jdo.option.ConnectionURL"].startswith(f"jdbc:derby:;databaseName={tmp_path}/")
+    assert settings["hive.metastore.warehouse.dir"] == (tmp_path / "warehouse").as_uri()
+    xml = metastore._site_xml(settings)
+    assert "<name>datanucleus.schema.autoCreateAll</name><value>true</value>" in xml
