@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from kafka_eos_tools.storage import ServerError, metastore
+from kafka_eos_tools.storage import ServerError, metastore, minio
 from kafka_eos_tools.storage.process import ServerProcess
 
 
@@ -49,14 +49,6 @@ def test_stop_kills_a_server_that_ignores_sigterm(tmp_path):
         os.kill(pid, 0)
 
 
-def test_missing_javac_is_one_clear_line(tmp_path, monkeypatch):
-    from kafka_eos_tools.storage import javamain
-
-    monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("JAVA_HOME", raising=False)
-    with pytest.raises(ServerError, match="'javac' is not on PATH.*KAFKA_EOS_HDFS / KAFKA_EOS_METASTORE"):
-        javamain.compiled("Nothing", "class Nothing {}", "")
 def _replying_server(reply: bytes) -> tuple[socket.socket, threading.Thread]:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -99,3 +91,36 @@ def test_metastore_settings_keep_everything_in_its_directory(tmp_path):
     assert settings["hive.metastore.warehouse.dir"] == (tmp_path / "warehouse").as_uri()
     xml = metastore._site_xml(settings)
     assert "<name>datanucleus.schema.autoCreateAll</name><value>true</value>" in xml
+
+
+def test_minio_keeps_its_secret_out_of_its_repr(tmp_path):
+    server = minio.EmbeddedMinio(tmp_path)
+    assert server.secret_key not in repr(server)
+    assert server.secret_key != minio.EmbeddedMinio(tmp_path).secret_key
+
+
+def test_missing_go_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("KAFKA_EOS_MINIO_BINARY", raising=False)
+    with pytest.raises(ServerError, match="'go' is not on PATH.*KAFKA_EOS_S3_ENDPOINT") as info:
+        minio.binary()
+    assert "\n" not in str(info.value)
+
+
+def test_a_named_minio_binary_must_be_executable(tmp_path, monkeypatch):
+    named = tmp_path / "minio"
+    named.write_text("")
+    monkeypatch.setenv("KAFKA_EOS_MINIO_BINARY", str(named))
+    with pytest.raises(ServerError, match="KAFKA_EOS_MINIO_BINARY=.* is not an executable file"):
+        minio.binary()
+
+
+def test_missing_javac_is_one_clear_line(tmp_path, monkeypatch):
+    from kafka_eos_tools.storage import javamain
+
+    monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(ServerError, match="'javac' is not on PATH.*KAFKA_EOS_HDFS / KAFKA_EOS_METASTORE"):
+        javamain.compiled("Nothing", "class Nothing {}", "")
