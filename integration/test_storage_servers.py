@@ -33,6 +33,7 @@ hdfs_native = pytest.importorskip("hdfs_native", reason=_NO_EXTRA)
 boto3 = pytest.importorskip("boto3", reason=_NO_EXTRA)
 pytest.importorskip("hmsclient", reason=_NO_EXTRA)
 
+from integration.hive_tables import external_parquet_table, partition  # noqa: E402
 from integration.spark_driver import SparkDriver  # noqa: E402
 from integration.storage import HdfsUnderTest, MetastoreUnderTest, S3UnderTest  # noqa: E402
 
@@ -220,32 +221,6 @@ def test_s3_multipart_upload_is_invisible_until_another_process_completes_it(s3:
 
 # -- Hive metastore --------------------------------------------------------------------------
 
-def _hive_table(db: str, name: str, location: str):
-    from hmsclient.genthrift.hive_metastore.ttypes import FieldSchema, SerDeInfo, StorageDescriptor, Table
-
-    sd = StorageDescriptor(
-        cols=[FieldSchema("id", "bigint", None), FieldSchema("value", "string", None)], location=location,
-        inputFormat="org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
-        outputFormat="org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat", compressed=False,
-        numBuckets=-1, serdeInfo=SerDeInfo(None, "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe",
-                                           {"serialization.format": "1"}),
-        bucketCols=[], sortCols=[], parameters={})
-    return Table(tableName=name, dbName=db, owner="kafka-eos", createTime=int(time.time()), lastAccessTime=0,
-                 retention=0, sd=sd, partitionKeys=[FieldSchema("dt", "string", None)],
-                 parameters={"EXTERNAL": "TRUE"}, tableType="EXTERNAL_TABLE")
-
-
-def _partition(table, value: str):
-    import copy
-
-    from hmsclient.genthrift.hive_metastore.ttypes import Partition
-
-    sd = copy.deepcopy(table.sd)
-    sd.location = f"{table.sd.location}/dt={value}"
-    return Partition(values=[value], dbName=table.dbName, tableName=table.tableName, createTime=int(time.time()),
-                     lastAccessTime=0, sd=sd, parameters={})
-
-
 def test_metastore_partitions_are_added_once_and_spark_sees_rows_only_after(metastore: MetastoreUnderTest,
                                                                             tmp_path: Path):
     import pyarrow as pa
@@ -263,20 +238,20 @@ def test_metastore_partitions_are_added_once_and_spark_sees_rows_only_after(meta
     with hmsclient.HMSClient(host=host, port=port) as client:
         client.create_database(Database(name=db, description="", locationUri=(tmp_path / "db").as_uri(),
                                          parameters={}))
-        table = _hive_table(db, name, location)
+        table = external_parquet_table(db, name, location)
         client.create_table(table)
         spark_conf = {"spark.sql.catalogImplementation": "hive", "spark.hadoop.hive.metastore.uris": metastore.uri}
         with SparkDriver(spark_conf, tmp_path / "spark.log") as spark:
             count = f"result = spark.table('{db}.{name}').where(\"dt = '2026-11-24'\").count()"
             assert spark.run(count) == 0
 
-            request = AddPartitionsRequest(db, name, [_partition(table, "2026-11-24")], ifNotExists=True,
+            request = AddPartitionsRequest(db, name, [partition(table, "2026-11-24")], ifNotExists=True,
                                            needResult=True)
             assert len(client.add_partitions_req(request).partitions) == 1
             # A retried registration (the driver died after it): no error, no second partition.
             assert client.add_partitions_req(request).partitions in ([], None)
             with pytest.raises(AlreadyExistsException):
-                client.add_partitions_req(AddPartitionsRequest(db, name, [_partition(table, "2026-11-24")],
+                client.add_partitions_req(AddPartitionsRequest(db, name, [partition(table, "2026-11-24")],
                                                                ifNotExists=False, needResult=True))
             assert client.get_partition_names(db, name, -1) == ["dt=2026-11-24"]
 
