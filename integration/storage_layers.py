@@ -220,7 +220,8 @@ def s3_checks(s3: storage.S3UnderTest) -> dict[str, dict[str, Check]]:
                             client_options={"allow_http": True})
             return bytes(obstore.get(store, "obstore/env").bytes()) == b"x"
 
-        return {ENV: from_env, OPTIONS: from_options, DEFERRED: lambda: "no (API): put()/open_writer() complete themselves",
+        return {ENV: from_env, OPTIONS: from_options,
+                DEFERRED: lambda: "no (API): put()/open_writer() complete themselves",
                 ACROSS: lambda: "no (API)", RENAME: lambda: "rename = copy + delete"}
 
     return {"boto3": boto(), "s3fs (fsspec)": s3fs_layer(), "pyarrow.fs": pyarrow_layer(), "obstore": obstore_layer()}
