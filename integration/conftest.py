@@ -5,6 +5,10 @@ The cluster, in order of preference:
 2. testcontainers' Kafka when a Docker engine answers;
 3. the project's embedded Apache Kafka (KRaft, Maven Central jars) on 127.0.0.1.
 The choice is printed in the pytest header so a run shows what it tested against.
+
+The storage servers (``hdfs``, ``s3``, ``metastore``) follow the same rule: an existing
+server named in the environment, else an embedded one started when a test first asks
+(``integration/storage.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
+from integration import storage
 from integration.helpers import create_topic, unique_name
 
 
@@ -51,10 +56,13 @@ def _brokers_of(bootstrap: str) -> int:
     return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).brokers)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     if os.environ.get("KAFKA_EOS_BOOTSTRAP"):
-        return f"kafka: external cluster at {os.environ['KAFKA_EOS_BOOTSTRAP']}"
-    return "kafka: testcontainers (Docker)" if _docker_answers() else "kafka: embedded Apache Kafka (KRaft) on 127.0.0.1"
+        kafka = f"kafka: external cluster at {os.environ['KAFKA_EOS_BOOTSTRAP']}"
+    else:
+        kafka = "kafka: testcontainers (Docker)" if _docker_answers() else \
+            "kafka: embedded Apache Kafka (KRaft) on 127.0.0.1"
+    return [kafka, *storage.header_lines()]
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +104,24 @@ def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]
 def kafka39(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
     """An embedded Kafka 3.9 broker, for proving compatibility with the 3.x line."""
     yield from _embedded(tmp_path_factory, 1, "3.9")
+
+
+@pytest.fixture(scope="session")
+def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.HdfsUnderTest]:
+    """HDFS: ``KAFKA_EOS_HDFS=hdfs://host:port``, else an embedded MiniDFSCluster."""
+    yield from storage.hdfs_server(tmp_path_factory.mktemp("hdfs"))
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.S3UnderTest]:
+    """An S3-compatible store: ``KAFKA_EOS_S3_ENDPOINT`` (+ keys), else an embedded MinIO."""
+    yield from storage.s3_server(tmp_path_factory.mktemp("minio"))
+
+
+@pytest.fixture(scope="session")
+def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.MetastoreUnderTest]:
+    """A Hive metastore: ``KAFKA_EOS_METASTORE=thrift://host:port``, else an embedded one."""
+    yield from storage.metastore_server(tmp_path_factory.mktemp("metastore"))
 
 
 @pytest.fixture

@@ -172,30 +172,37 @@ def reap(pid: int) -> None:
 
 def stop_process(node: Node, timeout: float = 20.0) -> None:
     """SIGTERM (controlled shutdown), then SIGKILL if it does not exit in time."""
-    pid = node.pid
+    terminate(node.pid, timeout)
+    node.pid = None
+
+
+def kill_process(node: Node) -> None:
+    kill_pid(node.pid)
+    node.pid = None
+
+
+def terminate(pid: int | None, timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within ``timeout`` seconds."""
     if pid is None or not is_alive(pid):
-        node.pid = None
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         reap(pid)
         if not is_alive(pid):
-            node.pid = None
             return
         time.sleep(0.1)
-    kill_process(node)
+    kill_pid(pid)
 
 
-def kill_process(node: Node) -> None:
-    pid = node.pid
+def kill_pid(pid: int | None) -> None:
     if pid is not None and is_alive(pid):
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while is_alive(pid) and time.monotonic() < deadline:
             reap(pid)
             time.sleep(0.05)
-    node.pid = None
+        reap(pid)  # is_alive() is already false for a zombie; collect it
 
 
 def log_tail(node: Node, lines: int = 25) -> str:
