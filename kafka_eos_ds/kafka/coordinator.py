@@ -93,6 +93,9 @@ def error_name(code: int) -> str:
     return str(kerrors.for_code(code).__name__)
 
 
+IN_FLIGHT = 64
+
+
 class TransactionCoordinator:
     """Talks to the transaction coordinators of a cluster for transactions owned elsewhere.
 
@@ -114,8 +117,13 @@ class TransactionCoordinator:
             from kafka.admin import KafkaAdminClient
 
             admin_factory = KafkaAdminClient
-        # The coordinator's own client id unless the user set one (kafka.client.id).
-        settings = {"client_id": "kafka-eos-coordinator", **to_kafka_python(conf)}
+        # The coordinator's own client id unless the user set one (kafka.client.id). Many
+        # requests in flight per connection: a batch's commits and fences go out together
+        # (the committer's pool), and kafka-python's default of 5 paused the connection
+        # ("Node paused: max_in_flight") and sent them back to retry, 21 times in one
+        # 64-partition run.
+        settings = {"client_id": "kafka-eos-coordinator", "max_in_flight_requests_per_connection": IN_FLIGHT,
+                    **to_kafka_python(conf)}
         self._conf = conf  # for errors: the servers to name, the secrets to hide
         with mapping_client_errors("connect the transaction-coordinator client", conf):
             self._admin = admin_factory(**settings)
