@@ -3,7 +3,7 @@ the storage servers (``python -m integration.storage_layers``; the embedded serv
 start unless ``KAFKA_EOS_HDFS`` / ``KAFKA_EOS_S3_ENDPOINT`` name existing ones).
 
 Each check runs the same operation through each library and records what happened;
-the table it prints is the evidence behind the choice in docs/decisions.md. A check
+the table it prints is the evidence behind the choice in docs/dev/decisions.md. A check
 that raises is recorded as "no" with the exception's first line; "(API)" marks what a
 library has no call for at all, read from its API rather than run. s3fs and obstore are
 not project dependencies: ``pip install s3fs obstore`` to compare them.

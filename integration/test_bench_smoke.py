@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_benchmark_harness_runs_and_writes_its_reports(kafka, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "integration.bench.run", "--profile", "smoke", "--bootstrap", kafka.bootstrap,
+        [sys.executable, "-m", "bench.run", "--profile", "smoke", "--bootstrap", kafka.bootstrap,
          "--out", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )

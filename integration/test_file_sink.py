@@ -1,7 +1,7 @@
 """The exactly-once file sink with real Spark (and a real Kafka topic as the input).
 
 First the plain paths (a streaming query, a batch write, bad options), then crash
-injection (the crash points 1-5 and 9 of docs/guarantees.md): the pipeline of :mod:`kafka_eos_tools.demo.job`
+injection (the crash points 1-5 and 9 of docs/dev/guarantees.md): the pipeline of :mod:`kafka_eos_tools.demo.job`
 (kafka_eos source -> upper(value) -> ``format("kafka_eos_file")``) runs as a driver
 subprocess, a fault hits one exact point of batch 1, the pipeline restarts from the
 same checkpoint without the fault, and the directory is audited: every input record

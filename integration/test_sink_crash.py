@@ -1,4 +1,4 @@
-"""Crash injection against the exactly-once sink (the crash points of docs/guarantees.md: 1-5, 7-12).
+"""Crash injection against the exactly-once sink (the crash points of docs/dev/guarantees.md: 1-5, 7-12).
 
 Each scenario runs the pipeline (kafka_eos source -> upper(value) -> kafka_eos sink)
 as a driver subprocess, injects a fault at one exact point of batch 1, restarts it from

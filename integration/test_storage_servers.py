@@ -1,5 +1,5 @@
 """The storage servers prove the properties the table sink will rely on, through the
-client libraries the product is to use (docs/decisions.md): hdfs-native for HDFS, boto3
+client libraries the product is to use (docs/dev/decisions.md): hdfs-native for HDFS, boto3
 for S3, hmsclient for the Hive metastore, and Spark's own Hadoop and Hive clients.
 
 * HDFS: a rename is one step (a reader sees the whole directory moved or none of it)

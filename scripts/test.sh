@@ -32,7 +32,7 @@ if [ "${KAFKA_EOS_LATEST:-}" = 1 ]; then
   setup+=(--latest)
 fi
 
-# What each line runs is chosen by pytest markers (pyproject.toml, docs/testing.md): the
+# What each line runs is chosen by pytest markers (pyproject.toml, docs/dev/testing.md): the
 # newest line every test not marked `full`; every older line the unit tests and the tests
 # marked `matrix`; the oldest line, 4.0, which differs most from the newest (its sink gets
 # rows, not Arrow; its source gets no read limits), also those marked `oldest`.

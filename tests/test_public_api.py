@@ -17,7 +17,7 @@ def test_one_exception_tree():
         assert issubclass(getattr(errors, name), errors.KafkaEosError)
     assert issubclass(errors.ConfigError, ValueError)
     assert issubclass(errors.TransactionLostError, errors.TransactionError)
-    # The two-phase-commit errors belong to no particular sink (docs/decisions.md).
+    # The two-phase-commit errors belong to no particular sink (docs/dev/decisions.md).
     assert not issubclass(errors.TransactionError, errors.KafkaClientError)
 
 

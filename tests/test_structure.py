@@ -1,4 +1,4 @@
-"""The package boundaries a maintainer relies on (docs/behind-the-scenes.md)."""
+"""The package boundaries a maintainer relies on (docs/dev/behind-the-scenes.md)."""
 
 from __future__ import annotations
 

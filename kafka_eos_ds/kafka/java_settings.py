@@ -4,7 +4,7 @@ translated into librdkafka's.
 ``format("kafka")`` users pass ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location``
 and the like. librdkafka knows none of these. :func:`translate` turns each into what
 librdkafka has, or refuses it (ConfigError naming the key and the fix), on the driver,
-while the options are read, before anything is written (docs/decisions.md, "Java client
+while the options are read, before anything is written (docs/dev/decisions.md, "Java client
 settings").
 """
 

@@ -3,7 +3,7 @@
 librdkafka looks the transaction coordinator up through any broker connection that is
 up; right after ``Producer()`` none is, and the lookup then waits for a 500 ms retry
 timer. Measured on the sink's decision writer, a new one in every driver step: about one
-``init_transactions()`` in three took ~530 ms instead of ~30 ms (docs/decisions.md, "Task
+``init_transactions()`` in three took ~530 ms instead of ~30 ms (docs/dev/decisions.md, "Task
 producer start"). Two metadata requests bring a connection up first: the first reaches
 the bootstrap server, the second connects a broker it learned, which stays up.
 """

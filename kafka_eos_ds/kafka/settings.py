@@ -67,7 +67,7 @@ def logged(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 # A client that lives for one task or one commit connects to a broker it learned from
 # metadata only after librdkafka's reconnect backoff (100 ms by default), on every start
-# (docs/decisions.md, "Task producer start").
+# (docs/dev/decisions.md, "Task producer start").
 _SHORT_LIVED = {"reconnect.backoff.ms": 10}
 
 # Defaults per role; a user value wins over these.

@@ -11,7 +11,7 @@ one global lookup and a ``None`` test.
 A test installs a hook with :func:`install`; in Spark's worker processes, which a test
 cannot reach, the hook is named by ``KAFKA_EOS_FAULT_HOOK="module:function"`` and loaded
 once, when this module is first imported. The project's crash tests use
-``kafka_eos_tools.faults:inject`` (docs/testing.md).
+``kafka_eos_tools.faults:inject`` (docs/dev/testing.md).
 """
 
 from __future__ import annotations

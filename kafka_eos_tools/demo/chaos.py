@@ -43,7 +43,7 @@ Progress = Callable[[str, float], None]
 # and before Spark recorded the batch as committed (the moment an at-least-once sink
 # replays, and the one an exactly-once sink must survive between pre-commit and commit).
 # "checkpoint-lost" is that kill followed by deleting the checkpoint: the next run is a
-# new query that starts from the source's consumer group (crash point 7 of docs/guarantees.md).
+# new query that starts from the source's consumer group (crash point 7 of docs/dev/guarantees.md).
 BOUNCES = ("driver-hard", "driver-clean", "driver-inbatch", "checkpoint-lost", "worker-hard", "broker-hard",
            "broker-clean")
 

@@ -2,7 +2,7 @@
 
 MinIO is chosen for being faithful where the table sink relies on S3: an in-progress
 multipart upload is not listed, CompleteMultipartUpload is the moment the object
-appears, and completing again answers NoSuchUpload (docs/decisions.md). It is published
+appears, and completing again answers NoSuchUpload (docs/dev/decisions.md). It is published
 as a Go module only, so it is built once with ``go install`` from the Go proxy (Go's own
 GOPROXY, GOMODCACHE and GOCACHE settings apply) into ``$KAFKA_EOS_CACHE/bin`` (default
 ``~/.cache/kafka-eos/bin``); ``KAFKA_EOS_MINIO_BINARY`` names a ready binary instead.

@@ -1,8 +1,8 @@
 """Run the benchmarks and write JSON, a Markdown table and PNG charts.
 
-    python -m integration.bench.run --profile full [--bootstrap host:9092] [--out docs/bench]
-    python -m integration.bench.run --profile smoke --out /tmp/bench   # what CI runs
-    python -m integration.bench.run --profile full --only source --sizes 100,1024 --no-scaling \\
+    python -m bench.run --profile full [--bootstrap host:9092] [--out bench/results]
+    python -m bench.run --profile smoke --out /tmp/bench   # what CI runs
+    python -m bench.run --profile full --only source --sizes 100,1024 --no-scaling \\
         [--baseline-read HEAD]                                          # a targeted run
 
 Workloads: ``source`` (AvailableNow read into Spark's ``noop`` sink), ``sink`` (batch
@@ -34,9 +34,9 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from integration.bench import formats
-from integration.bench import workloads as w
-from integration.bench.memory import WorkerMemory
+from bench import formats
+from bench import workloads as w
+from bench.memory import WorkerMemory
 from integration.helpers import create_topic, produce
 
 
@@ -59,7 +59,7 @@ class Profile:
 PROFILES = {
     "smoke": Profile((100,), 2, (), (2,), 400_000, 2_000, 1, warmup=False, sink_columns=("sink",)),
     # Estimated ~19 min on 2 cores at load 3-7, 25-30 min on busier shared cores (see
-    # docs/benchmarks.md); the run prints its estimate first and the time left as it goes.
+    # docs/dev/benchmarks.md); the run prints its estimate first and the time left as it goes.
     "full": Profile((100, 1024, 10240), 4, (1, 8, 16, 32), (10, 3, 30), 100_000_000, 5_000, 2),
 }
 
@@ -467,7 +467,7 @@ def _spark(jars: str, baseline_rev: str | None = None):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m integration.bench.run")
+    parser = argparse.ArgumentParser(prog="python -m bench.run")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="smoke")
     parser.add_argument("--bootstrap", help="existing Kafka (default: an embedded one)")
     parser.add_argument("--brokers", type=int, default=1, help="embedded cluster size")
@@ -492,7 +492,7 @@ def main(argv=None) -> int:
     if args.mb:
         profile = replace(profile, bytes_per_run=int(args.mb * 1e6))
     only = tuple(filter(None, args.only.split(",")))
-    out = Path(args.out or ("docs/bench" if args.profile == "full" else tempfile.mkdtemp(prefix="bench-")))
+    out = Path(args.out or ("bench/results" if args.profile == "full" else tempfile.mkdtemp(prefix="bench-")))
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log = lambda s: print(s, flush=True)

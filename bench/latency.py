@@ -1,7 +1,7 @@
 """End-to-end latency of a running pipeline at a steady input rate.
 
-    python -m integration.bench.latency [--rate 1000] [--size 1024] [--seconds 60] [--reps 2]
-                                        [--bootstrap host:9092] [--out docs/bench]
+    python -m bench.latency [--rate 1000] [--size 1024] [--seconds 60] [--reps 2]
+                                        [--bootstrap host:9092] [--out bench/results]
 
 For each variant a streaming query runs Kafka -> Spark -> Kafka with the default trigger
 (the next micro-batch starts as soon as the previous one ends): the kafka_eos source into
@@ -31,8 +31,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from integration.bench import workloads as w
-from integration.bench.run import percentile
+from bench import workloads as w
+from bench.run import percentile
 from integration.helpers import create_topic
 
 VARIANTS = {"kafka_eos exactly_once": w.EOS, "builtin": w.BUILTIN}
@@ -192,7 +192,7 @@ def markdown(rows: list[dict], settings: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m integration.bench.latency")
+    parser = argparse.ArgumentParser(prog="python -m bench.latency")
     parser.add_argument("--rate", type=int, default=1000, help="input records per second")
     parser.add_argument("--size", type=int, default=1024, help="record value size in bytes")
     parser.add_argument("--partitions", type=int, default=4)
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
 
-    from integration.bench.run import _spark
+    from bench.run import _spark
     from integration.builtin_kafka import builtin_kafka_jars
 
     def log(line: str) -> None:

@@ -4,7 +4,7 @@ All Spark variants run in one SparkSession (one JVM with the built-in connector'
 and kafka_eos registered), alternated A/B/A/B by the runner so machine drift affects
 every variant alike. Raw-client ceilings run in plain child processes (no Spark).
 kafka_eos's exactly-once sink runs as ``kafka_eos_timed`` (the same writers with the
-driver commit timed, see :mod:`integration.bench.formats`) when given a ``CommitLog``.
+driver commit timed, see :mod:`bench.formats`) when given a ``CommitLog``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import uuid
 
 from dataclasses import dataclass
 
-from integration.bench.formats import COMMIT_LOG_OPTION, CommitLog
+from bench.formats import COMMIT_LOG_OPTION, CommitLog
 
 BUILTIN = "kafka"
 EOS = "kafka_eos"

@@ -1,9 +1,9 @@
 """Sink micro-benchmarks: the driver's commit latency and the per-batch recovery cost.
 
-    python -m integration.bench.bench_sink --bootstrap B [--commit-repeats 20]
+    python -m bench.bench_sink --bootstrap B [--commit-repeats 20]
 
 Sink throughput, and the per-batch commit latency of real streaming runs, are measured by
-the full harness (``python -m integration.bench.run --only sink,pipeline``). This script
+the full harness (``python -m bench.run --only sink,pipeline``). This script
 isolates the driver's side for a given number of transactions:
 
 1. Commit latency: the driver's ``commit(messages, N)`` for 1, 8 and 32 pre-committed
@@ -11,7 +11,7 @@ isolates the driver's side for a given number of transactions:
    read the latest decision, write ``decided``, EndTxn each, write ``done``.
 2. The per-batch recovery on the planner (read the decision, list open transactions).
 
-Prints Markdown for docs/benchmarks.md.
+Prints Markdown for docs/dev/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import json
 import time
 import uuid
 
-from integration.bench.run import percentile
+from bench.run import percentile
 from integration.helpers import create_topic
 
 
