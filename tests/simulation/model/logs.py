@@ -103,6 +103,11 @@ class PartitionLog:
     def read_uncommitted(self, start: int = 0) -> list[Record]:
         return [r for r in self.records[start:] if r.control is None]
 
+    def open_records(self, producer_id: int) -> list[Record]:
+        """The records of ``producer_id``'s transaction still open here."""
+        opened = self._open.get(producer_id)
+        return [] if opened is None else [r for r in self.records[opened[1]:] if r.txn == opened[0]]
+
     def outcome(self, record: Record) -> Optional[bool]:
         """Whether ``record``'s transaction committed (None: still open; True for non-transactional)."""
         return True if record.txn is None else self._outcome.get(record.txn)
