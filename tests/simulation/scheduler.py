@@ -44,19 +44,23 @@ FAIL, LOSE, DROP, SPARK = "fail", "lose", "drop", "spark"
 
 @dataclass
 class Fault:
-    step: int
+    """``kind`` strikes the ``nth`` time actor ``actor`` reaches a step labelled ``label``
+    (a label and its count, not a global step number, so that a recorded fault still lands
+    in the same place when the code around it makes more or fewer requests)."""
+
     actor: str
-    actor_step: int
     label: str
+    nth: int
     kind: str
     arg: int = 0  # stall: steps until resumed; slow: ms; outage: ms
+    step: int = 0  # where it struck (informative)
 
     def key(self) -> tuple:
-        return (self.actor, self.actor_step, self.label)
+        return (self.actor, self.label, self.nth)
 
     def __str__(self) -> str:
         extra = f"({self.arg})" if self.arg else ""
-        return f"{self.kind}{extra} @ {self.actor}#{self.actor_step} {self.label} [step {self.step}]"
+        return f"{self.kind}{extra} at {self.actor}'s {self.label} #{self.nth} [step {self.step}]"
 
 
 @dataclass
@@ -79,10 +83,11 @@ class FaultPlan:
     def decide(self, step: int, actor: "Actor", label: str, allow: Iterable[str],
                rng: random.Random) -> Optional[Fault]:
         allowed = [k for k in allow if self.weights.get(k, 0) > 0]
+        nth = actor.labels.get(label, 0)
         if self.script is not None:
             for fault in self.script:
-                if fault.key() == (actor.name, actor.steps, label) and fault.kind in allow:
-                    found = Fault(step, actor.name, actor.steps, label, fault.kind, fault.arg)
+                if fault.key() == (actor.name, label, nth) and fault.kind in allow:
+                    found = Fault(actor.name, label, nth, fault.kind, fault.arg, step)
                     self.injected.append(found)
                     return found
             return None
@@ -91,7 +96,7 @@ class FaultPlan:
         kind = rng.choices(allowed, [self.weights[k] for k in allowed])[0]
         arg = {STALL: rng.randint(20, 400), SLOW: rng.randint(5_000, 130_000),
                OUTAGE: rng.randint(1_000, 40_000)}.get(kind, 0)
-        fault = Fault(step, actor.name, actor.steps, label, kind, arg)
+        fault = Fault(actor.name, label, nth, kind, arg, step)
         self.injected.append(fault)
         return fault
 
@@ -112,6 +117,7 @@ class Actor:
         self.resume_step = 0
         self.killed = False
         self.steps = 0
+        self.labels: dict[str, int] = {}  # label -> how many steps of this actor had it
         self.error: Optional[BaseException] = None
         self.result: Any = None
         self.on_death: list[Callable[[], None]] = []
@@ -184,6 +190,11 @@ class Scheduler:
     def pause(self, actor: Actor, steps: int) -> None:
         actor.state, actor.resume_step = "paused", self.step + steps
 
+    def resume(self, actor: Actor) -> None:
+        """A paused actor may run again from now on."""
+        if actor.state == "paused":
+            actor.resume_step = self.step
+
     # -- what actors call --------------------------------------------------------
 
     def point(self, label: str, detail: str = "", allow: Iterable[str] = ()) -> Optional[Fault]:
@@ -191,6 +202,7 @@ class Scheduler:
         actor = self._me()
         self.step += 1
         actor.steps += 1
+        actor.labels[label] = actor.labels.get(label, 0) + 1
         if self.step > self.max_steps and not self._tearing_down:
             self.limit_hit = True
             raise StepLimit(f"more than {self.max_steps} steps")

@@ -40,17 +40,19 @@ class KafkaSink:
         w.cluster.create_topic(self.topic, self.out_partitions)
         oracle.watch_kafka_sink(self.prefix, self.commit_log, [self.topic])
 
-    def options(self) -> dict:
+    def options(self, batch: bool = False) -> dict:
+        """The sink's options; ``batch``: for a df.write (no checkpoint, no sourceGroupId)."""
         opts = {"kafka.bootstrap.servers": "model:9092", "topic": self.topic, "transactionalIdPrefix": self.prefix,
                 "kafka.transaction.timeout.ms": str(self.timeout_ms), "commitTimeoutMs": str(self.commit_timeout_ms)}
-        if self.checkpoint:
+        if self.checkpoint and not batch:
             opts["checkpointLocation"] = self.checkpoint
-        return {**opts, **self.extra}
+        extra = {k: v for k, v in self.extra.items() if not (batch and k == "sourceGroupId")}
+        return {**opts, **extra}
 
-    def data_source(self) -> Any:
+    def data_source(self, batch: bool = False) -> Any:
         from kafka_eos_ds.datasource import KafkaEosDataSource
 
-        return KafkaEosDataSource(self.options())
+        return KafkaEosDataSource(self.options(batch))
 
     def item(self, label: str, partition: int, offset: int) -> Any:
         return (self.topic, partition % self.out_partitions, str(partition), f"{label}:{partition}:{offset}")
@@ -68,7 +70,7 @@ class FileSink:
     def setup(self, w: World, oracle: Oracle) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
 
-    def data_source(self) -> Any:
+    def data_source(self, batch: bool = False) -> Any:
         from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 
         return KafkaEosFileDataSource({"path": str(self.path), "fileFormat": "jsonl",

@@ -58,7 +58,9 @@ class StreamQuery:
     foreach_writes: int = 0    # > 0: foreachBatch running that many df.write per micro-batch
     outcome: str = "running"   # finished | loud | stuck | error
     errors: list = field(default_factory=list)
+    loud: dict = field(default_factory=dict)
     stage_ids: int = 0
+    run_no: int = 0
 
     def __post_init__(self) -> None:
         self.query_id = str(self.w.uuid4())
@@ -74,10 +76,16 @@ class StreamQuery:
 
     # -- the supervisor ---------------------------------------------------------------
 
-    def supervise(self) -> None:
+    def supervise(self, runs: int = MAX_RUNS) -> None:
+        """Start driver runs (at most ``runs`` more) until the query finishes or stops loudly."""
         sched = self.w.sched
-        loud: dict[str, int] = {}
-        for run in range(MAX_RUNS):
+        for _ in range(runs):
+            if self.outcome != "running" or self.run_no >= MAX_RUNS:
+                break
+            run = self.run_no
+            self.run_no += 1
+            if run:
+                sched.sleep(sched.rng().choice([0.05, 0.5, 2.0, 10.0, 45.0, 130.0]))
             actor = sched.spawn(f"{self.name}.r{run}", lambda run=run: self.driver_run(run), "driver")
             sched.wait_until(lambda actor=actor: actor.done or actor.state == "paused")
             if not actor.done:
@@ -86,23 +94,25 @@ class StreamQuery:
             elif actor.error is None:
                 self.outcome = "finished"
                 self.on_finished()
-                return
             else:
-                error = actor.error
-                self.errors.append(f"{type(error).__name__}: {error}")
-                if unexpected(self.oracle, actor.name, error):
-                    self.outcome = "error"
-                    return
-                if isinstance(error, TransactionLostError):
-                    self.oracle.lost_claim(error)
-                if isinstance(error, KafkaEosError) and not error.retriable:
-                    key = f"{type(error).__name__}: {str(error)[:60]}"
-                    loud[key] = loud.get(key, 0) + 1
-                    if loud[key] >= 2:
-                        self.outcome = "loud"
-                        return
-            sched.sleep(sched.rng().choice([0.05, 0.5, 2.0, 10.0, 45.0, 130.0]))
-        self.outcome = "stuck"
+                self._failed(actor)
+        if self.outcome == "running" and self.run_no >= MAX_RUNS:
+            self.outcome = "stuck"
+
+    def _failed(self, actor: Actor) -> None:
+        error = actor.error
+        assert error is not None
+        self.errors.append(f"{type(error).__name__}: {error}")
+        if unexpected(self.oracle, actor.name, error):
+            self.outcome = "error"
+            return
+        if isinstance(error, TransactionLostError):
+            self.oracle.lost_claim(error)
+        if isinstance(error, KafkaEosError) and not error.retriable:
+            key = f"{type(error).__name__}: {str(error)[:60]}"
+            self.loud[key] = self.loud.get(key, 0) + 1
+            if self.loud[key] >= 2:  # the same on two restarts: it fails every time
+                self.outcome = "loud"
 
     def on_finished(self) -> None:
         if getattr(self.sink, "kind", "") == "kafka":
@@ -217,7 +227,7 @@ class BatchJob:
 
     def run_in(self, me: Actor) -> None:
         sched = self.w.sched
-        ds = self.sink.data_source()
+        ds = self.sink.data_source(batch=True)
         planner = ds.writer(SCHEMA, False)
         sched.point("spark:plan", f"{self.name}: pickle the writer for the tasks", DRIVER)
         blob = pickle.dumps(planner)
