@@ -15,7 +15,7 @@ from typing import Callable
 from tests.simulation.adapters import _Producer
 from tests.simulation.explorer import SHAPES, Scenario, check_stream, cleanup_check, run_cleanup
 from tests.simulation.invariants import Oracle
-from tests.simulation.scheduler import CRASH, STALL, Fault
+from tests.simulation.scheduler import CRASH, FAIL, STALL, Fault
 from tests.simulation.sinks import FileSink, KafkaSink
 from tests.simulation.spark_shapes import BatchJob, StreamQuery
 from tests.simulation.world import World
@@ -161,6 +161,88 @@ def file_zombie_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenar
                     lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
 
 
+def zombie_driver_recovery(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """The first driver stalls in batch 1's recovery, after reading the latest decision
+    (batch 0 done) and before listing and fencing the sink's open transactions; it is
+    replaced, and comes back the moment the new driver's decision of batch 1 is durable."""
+    w.plan.script = [Fault("q.r0", "fault:driver-after-reading-decision", 2, STALL, 1_000_000)]
+    q = _query(w, oracle, KafkaSink(out_partitions=1), [2, 2], 1)
+
+    def watch() -> None:
+        zombie = next((a for a in w.sched.actors if a.name == "q.r0"), None)
+        if zombie is not None and zombie.state == "paused" and any(
+                d.batch_id == 1 and d.state.value == "decided" for d in oracle.decisions):
+            w.sched.log("q.r0 comes back")
+            w.sched.resume(zombie)
+
+    w.checks.append(watch)
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)
+
+
+def abandon_before_log(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """With sourceGroupId: the driver dies after deciding batch 0, before committing any of
+    it; the checkpoint is lost; the new query's recovery abandons the batch (nothing of it
+    started) and dies between fencing its transaction and recording 'abandoned'."""
+    w.plan.script = [Fault("q.r0", "fault:driver-after-decision", 1, CRASH),
+                     Fault("q2.r0", "kafka:InitProducerId", 3, CRASH)]  # 1: decision writer, 2: the fence
+    sink = KafkaSink(out_partitions=1, extra={"sourceGroupId": "source-group"})
+    first = _query(w, oracle, sink, [2], 1)  # one input partition: one task, one participant
+    queries = [first]
+
+    def main() -> None:
+        first.supervise(runs=1)
+        import shutil
+
+        shutil.rmtree(first.checkpoint.path)
+        second = StreamQuery(w, oracle, "q2", sink, [2], 1, label="q", start=[0])
+        queries.append(second)
+        second.supervise()
+
+    return Scenario(main, lambda: check_stream(w, oracle, queries[-1]), outcome=lambda: queries[-1].outcome)
+
+
+def checkpoint_lost_idle(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """With sourceGroupId: the only batch is decided and its first transaction (with the
+    group's offsets) committed, then commit() raises; the checkpoint is lost; the new query
+    starts at the group's offsets, finds no new input, and so never runs a batch, whose
+    recovery would have committed the decided batch's other transaction."""
+    w.plan.script = [Fault("q.r0", "fault:commit-raise", 1, FAIL)]
+    sink = KafkaSink(out_partitions=1, extra={"sourceGroupId": "source-group"})
+    first = _query(w, oracle, sink, [1, 1], 1, tasks=2)
+    queries = [first]
+
+    def main() -> None:
+        first.supervise(runs=1)
+        import shutil
+
+        shutil.rmtree(first.checkpoint.path)
+        while not w.cluster.groups.stable("source-group"):
+            w.sched.sleep(1.0)
+        held = w.cluster.groups.offsets("source-group")
+        second = StreamQuery(w, oracle, "q2", sink, [1, 1], 1, label="q", start=[held.get(("in", p), 0)
+                                                                                  for p in range(2)])
+        queries.append(second)
+        second.supervise()
+
+    def finals() -> None:
+        everything = {f"q:{p}:0" for p in range(2)}
+        oracle.check_outputs(sink.visible(w, oracle), {"q": everything}, {"q": queries[-1].outcome == "finished"})
+        oracle.check_decided()
+
+    return Scenario(main, finals, outcome=lambda: queries[-1].outcome)
+
+
+def expired_id_after_commit(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """The driver dies after committing every transaction of batch 0, before recording it
+    done (crash point 4), and stays down longer than the broker keeps idle transactional
+    ids (transactional.id.expiration.ms, shortened to 5 minutes here)."""
+    w.plan.script = [Fault("q.r0", "fault:driver-after-all-commits", 1, CRASH)]
+    w.cluster.expire_ids_after(300_000, 30_000)
+    q = _query(w, oracle, KafkaSink(out_partitions=1), [1], 1)
+    q.delays = (400.0,)
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)
+
+
 # name -> (builder, the rules it breaks today, what the defect is)
 DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], set, str]] = {
     "foreach-batch-writes": (foreach_batch, {"lost"},
@@ -174,6 +256,19 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "zombie-driver-carry": (zombie_driver_carry, {"progress"},
                             "a late AddOffsetsToTxn opens a new transaction under a still-current epoch; the "
                             "group's offsets go back to an old batch's"),
+    "zombie-driver-recovery": (zombie_driver_recovery, {"decided-fenced"},
+                               "a driver that read the log, stalled and came back fences (recovery) the open "
+                               "transactions of a batch a newer driver decided meanwhile: that batch is lost"),
+    "abandon-before-log": (abandon_before_log, {"decided-fenced", "stuck"},
+                           "abandoning a lost checkpoint's decided batch fences its transactions before recording "
+                           "'abandoned'; a crash between leaves every restart failing with 'Cannot tell'"),
+    "checkpoint-lost-idle": (checkpoint_lost_idle, {"lost", "decided-not-visible"},
+                             "after a lost checkpoint, a decided batch whose first transaction committed is "
+                             "finished only by the recovery of the new query's first batch: with no new input "
+                             "within the transaction timeout, the rest is lost, silently"),
+    "expired-id-after-commit": (expired_id_after_commit, {"false-lost"},
+                                "a committed transaction whose id expired (or moved to a newer epoch) is "
+                                "classified lost: a fully committed batch fails every restart"),
     "concurrent-batch-jobs": (concurrent_batch_jobs, {"false-lost"},
                               "a second df.write on the prefix finishes the first one's decision and re-uses its "
                               "transactional ids; the first one then reports its committed rows lost"),

@@ -10,8 +10,11 @@ The rules, from the sink's guarantee (DESIGN.md section 2) and its protocol:
 * ``disappeared``: what a ``read_committed`` reader saw stays (checked at every step).
 * ``duplicate``: a ``read_committed`` reader never sees an output twice, during the run
   or after it.
+* ``decided-fenced``: nobody fences (InitProducerId) a transaction a durable decision names
+  (DESIGN.md: "never call it on an id whose transaction may be decided"), except to abandon
+  a batch of a query whose checkpoint was lost (the decision is then marked abandoned).
 * ``decided-not-visible``: every participant of a durable decision is committed in the
-  end, unless the query stopped loudly with a TransactionLostError naming it.
+  end, unless the query stopped loudly with a TransactionLostError naming it (a timeout).
 * ``false-lost``: a TransactionLostError is only raised for a transaction that really was
   aborted (its records really are not in the output).
 * ``lost``: a query that finished shows every input record's output; a batch job that
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.twophase.protocol import Decision
+from kafka_eos_ds.twophase.protocol import ABANDONED, Decision
 from tests.simulation.world import World
 
 
@@ -60,7 +63,8 @@ class Oracle:
         self.violations: list[Violation] = []
         self.prefixes: dict[str, str] = {}             # sink prefix -> commit-log topic
         self.topics: list[str] = []                    # output topics watched
-        self.decided: set[tuple[str, int, int]] = set()   # (id, producer id, epoch) of durable decisions
+        self.decided: dict[tuple[str, int, int], tuple[str, int]] = {}  # (id, pid, epoch) -> (query, batch)
+        self.fenced: dict[tuple[str, int, int], str] = {}  # decided transactions aborted by a fence: by whom
         self.decisions: list[Decision] = []
         self.committed: set[tuple[str, int, int]] = set()
         self.aborted: set[tuple[str, int, int]] = set()
@@ -68,6 +72,7 @@ class Oracle:
         self._began: dict[str, int] = {}                    # id -> step its current transaction began
         self._seen: dict[tuple[str, int], tuple[int, list]] = {}
         self.claims: list[tuple[str, int, set[str]]] = []  # TransactionLostErrors: (query, batch, ids)
+        self.unknown: set[tuple[str, int]] = set()          # batches recovery said it cannot tell
         self._values: set[str] = set()
         w.cluster.coordinator.observers.append(self.on_txn)
         w.checks.append(self.check_now)
@@ -93,10 +98,14 @@ class Oracle:
             self._epochs[key] = meta.epoch
             self._began[meta.transactional_id] = self.w.sched.step
             return
-        if event not in ("prepare-commit", "prepare-abort"):
-            return
         epoch = self._epochs.get(key, meta.epoch)
         txn = (meta.transactional_id, meta.producer_id, epoch)
+        if event == "fence" and txn in self.decided and txn not in self.committed:
+            who = self.w.sched.current.name if self.w.sched.current else "?"
+            self.fenced[txn] = f"{who} at step {self.w.sched.step}"
+            self.w.sched.log(f"  !! {who} fences {txn}, which a durable decision names")
+        if event not in ("prepare-commit", "prepare-abort"):
+            return
         if event == "prepare-abort":
             self.aborted.add(txn)
             return
@@ -107,7 +116,8 @@ class Oracle:
                     decision = Decision.from_json(json.loads(record.value))
                     self.decisions.append(decision)
                     for p in decision.participants:
-                        self.decided.add((p.id, int(p.handle["producer_id"]), int(p.handle["epoch"])))
+                        self.decided[(p.id, int(p.handle["producer_id"]), int(p.handle["epoch"]))] = \
+                            (decision.query_id, decision.batch_id)
             return
         if self._sink_of(meta.transactional_id) is not None and txn not in self.decided:
             self.fail("commit-without-decision", f"EndTxn(commit) of {txn} accepted, but no durable decision "
@@ -179,21 +189,34 @@ class Oracle:
             return
         self.claims.append((m[2], int(m[1]), {i.strip() for i in m[3].split(",") if i.strip()}))
 
+    def unknown_claim(self, error: BaseException) -> None:
+        """A loud "Cannot tell whether batch N of query Q ... had started to commit": recovery
+        refuses to guess, by design; that batch's participants are excused (not claimed lost)."""
+        m = re.search(r"Cannot tell whether batch (\d+) of query (\S+)", str(error))
+        if m is not None:
+            self.unknown.add((m[2], int(m[1])))
+
     def check_decided(self) -> None:
         """Every durable decision's participants are committed, except those a
-        TransactionLostError named; and those must really not be committed."""
+        TransactionLostError named (which must really not be committed) and those of a batch
+        abandoned after its query's checkpoint was lost."""
         excused: set[tuple[str, int, int]] = set()
         for query, batch, ids in self.claims:
-            for d in self.decisions:
-                if d.query_id == query and d.batch_id == batch:
-                    excused |= {(p.id, int(p.handle["producer_id"]), int(p.handle["epoch"]))
-                                for p in d.participants if p.id in ids}
+            excused |= {txn for txn, qb in self.decided.items() if qb == (query, batch) and txn[0] in ids}
+        abandoned = {(d.query_id, d.batch_id) for d in self.decisions if d.state == ABANDONED}
         for txn in sorted(excused & self.committed):
             self.fail("false-lost", f"a TransactionLostError said {txn} was aborted, but it committed: its records "
                                     "are in the output")
-        for txn in sorted(self.decided - self.committed - excused):
-            self.fail("decided-not-visible", f"{txn} was named by a durable decision but never committed, and no "
-                                             "TransactionLostError said so")
+        for txn in sorted(set(self.decided) - self.committed):
+            if self.decided[txn] in abandoned:
+                continue
+            if txn in self.fenced:
+                self.fail("decided-fenced", f"{txn}, named by a durable decision of batch {self.decided[txn][1]}, "
+                                            f"was aborted by a fence from {self.fenced[txn]} (and the batch was "
+                                            "not recorded abandoned)")
+            elif txn not in excused and self.decided[txn] not in self.unknown:
+                self.fail("decided-not-visible", f"{txn} was named by a durable decision but never committed, and "
+                                                 "no TransactionLostError said so")
 
     def check_no_leftovers(self, prefix: str) -> None:
         """At the moment a query finishes: no open transaction of its sink that an earlier
@@ -210,8 +233,9 @@ class Oracle:
             if rx.match(tid) and self._began.get(tid, -1) < listed[-1]:
                 self.fail("left-open", f"{tid} (pid {meta.producer_id} e{meta.epoch}) is still open when the query "
                                        f"finished; it was already open at the sink's last sweep (step {listed[-1]})")
-            if tid == transactional_ids.decision_writer(prefix):
-                self.fail("left-open", f"the decision writer {tid} has an open transaction when the query finished")
+            if tid == transactional_ids.decision_writer(prefix) and self._began.get(tid, -1) < listed[-1]:
+                self.fail("left-open", f"the decision writer {tid} has a transaction open since before the sink's "
+                                       "last sweep when the query finished")
 
     def file_final_rename(self, root: Path, src: str, dst: str) -> None:
         """A pending file became final (just now): ``decision.json`` must name it."""

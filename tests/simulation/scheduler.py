@@ -147,6 +147,7 @@ class Scheduler:
         self._check = check
         self.max_steps = max_steps
         self.stay = stay
+        self.max_days = 30
         self._switch_hook = switch_hook
         self.actors: list[Actor] = []
         self.current: Optional[Actor] = None
@@ -160,9 +161,12 @@ class Scheduler:
 
     # -- randomness ------------------------------------------------------------
 
-    def rng(self) -> random.Random:
-        """The generator of the current step (the same seed and step give the same draws)."""
-        return random.Random(self.seed * 1_000_003 + self.step * 7919 + (self.current.steps if self.current else 0))
+    def rng(self, salt: int = 0) -> random.Random:
+        """The generator of the current step (the same seed and step give the same draws);
+        ``salt`` separates independent uses (fault draws must not shift interleaving draws,
+        or a replay with recorded faults would interleave differently)."""
+        return random.Random(self.seed * 1_000_003 + self.step * 7919 + self.clock.now_ms * 31
+                             + (self.current.steps if self.current else 0) + salt * 104_729)
 
     # -- actors ----------------------------------------------------------------
 
@@ -211,7 +215,7 @@ class Scheduler:
         if self._tick is not None:
             for event in self._tick(rng):
                 self.log(event)
-        fault = self.plan.decide(self.step, actor, label, allow, rng)
+        fault = self.plan.decide(self.step, actor, label, allow, self.rng(salt=1))
         self.log(f"{label} {detail}".rstrip() + (f"   << {fault.kind}{f'({fault.arg})' if fault.arg else ''}"
                                                     if fault else ""))
         if self._check is not None:
@@ -233,6 +237,9 @@ class Scheduler:
 
     def sleep(self, seconds: float) -> None:
         actor = self._me()
+        if self.clock.elapsed_s() > self.max_days * 86_400 and not self._tearing_down:
+            self.limit_hit = True
+            raise StepLimit(f"more than {self.max_days} days of virtual time")
         actor.state, actor.wake_ms = "sleeping", self.clock.now_ms + int(seconds * 1000)
         self._switch(actor)
 

@@ -56,23 +56,30 @@ class StreamQuery:
     counts: list               # input records per input partition
     max_per_trigger: int
     foreach_writes: int = 0    # > 0: foreachBatch running that many df.write per micro-batch
+    label: str = ""            # the outputs' label (default: the name)
+    start: Optional[list] = None  # where the first batch starts (startingOffsets); default 0
+    tasks: Optional[int] = None   # write tasks per batch (default: drawn per driver run)
     outcome: str = "running"   # finished | loud | stuck | error
     errors: list = field(default_factory=list)
     loud: dict = field(default_factory=dict)
     stage_ids: int = 0
     run_no: int = 0
+    delays: tuple = (0.05, 0.5, 2.0, 10.0, 45.0, 130.0)  # seconds before a restart, drawn per restart
 
     def __post_init__(self) -> None:
+        self.label = self.label or self.name
         self.query_id = str(self.w.uuid4())
         self.checkpoint = Checkpoint(self.w.root / f"checkpoint-{self.name}", self.query_id)
         if hasattr(self.sink, "checkpoint") and not self.foreach_writes:
             self.sink.checkpoint = str(self.checkpoint.path)  # df.write inside foreachBatch has none
 
     def labels(self) -> list[str]:
-        return [f"fb{j}" for j in range(self.foreach_writes)] if self.foreach_writes else [self.name]
+        return [f"fb{j}" for j in range(self.foreach_writes)] if self.foreach_writes else [self.label]
 
     def expected(self) -> set:
-        return {f"{label}:{p}:{o}" for label in self.labels() for p, n in enumerate(self.counts) for o in range(n)}
+        first = self.start or [0] * len(self.counts)
+        return {f"{label}:{p}:{o}" for label in self.labels() for p, n in enumerate(self.counts)
+                for o in range(first[p], n)}
 
     # -- the supervisor ---------------------------------------------------------------
 
@@ -85,7 +92,7 @@ class StreamQuery:
             run = self.run_no
             self.run_no += 1
             if run:
-                sched.sleep(sched.rng().choice([0.05, 0.5, 2.0, 10.0, 45.0, 130.0]))
+                sched.sleep(sched.rng().choice(self.delays))
             actor = sched.spawn(f"{self.name}.r{run}", lambda run=run: self.driver_run(run), "driver")
             sched.wait_until(lambda actor=actor: actor.done or actor.state == "paused")
             if not actor.done:
@@ -108,6 +115,7 @@ class StreamQuery:
             return
         if isinstance(error, TransactionLostError):
             self.oracle.lost_claim(error)
+        self.oracle.unknown_claim(error)
         if isinstance(error, KafkaEosError) and not error.retriable:
             key = f"{type(error).__name__}: {str(error)[:60]}"
             self.loud[key] = self.loud.get(key, 0) + 1
@@ -122,7 +130,7 @@ class StreamQuery:
 
     def driver_run(self, run: int) -> str:
         sched, ck = self.w.sched, self.checkpoint
-        n_tasks = sched.rng().randint(1, len(self.counts))
+        n_tasks = self.tasks or sched.rng().randint(1, len(self.counts))
         me = sched.current
         assert me is not None
         sched.point("spark:start", f"{self.name} run {run}: {n_tasks} write task(s)", DRIVER)
@@ -139,8 +147,12 @@ class StreamQuery:
             if not self._plan(batch):
                 return "finished"
 
+    def _starts(self, batch: int) -> list[int]:
+        """Where batch ``batch`` starts: the previous batch's end, or the query's start."""
+        return self.checkpoint.offsets(batch - 1) or list(self.start or [0] * len(self.counts))
+
     def _plan(self, batch: int) -> bool:
-        starts = self.checkpoint.offsets(batch - 1) or [0] * len(self.counts)
+        starts = self._starts(batch)
         ends = [min(s + self.max_per_trigger, n) for s, n in zip(starts, self.counts, strict=True)]
         if ends == starts:
             return False
@@ -149,7 +161,7 @@ class StreamQuery:
         return True
 
     def _tasks(self, label: str, batch: int, n_tasks: int) -> list[list]:
-        starts = self.checkpoint.offsets(batch - 1) or [0] * len(self.counts)
+        starts = self._starts(batch)
         ends = self.checkpoint.offsets(batch)
         assert ends is not None
         tasks: list[list] = [[] for _ in range(n_tasks)]
@@ -170,7 +182,7 @@ class StreamQuery:
         self.w.sched.point("spark:plan", f"batch {batch}: pickle the writer for the tasks", DRIVER)
         blob = pickle.dumps(planner)
         self.stage_ids += 1
-        stage = StageRunner(self.w, f"{me.name}.b{batch}", blob, self._tasks(self.name, batch, n_tasks), props,
+        stage = StageRunner(self.w, f"{me.name}.b{batch}", blob, self._tasks(self.label, batch, n_tasks), props,
                             self.stage_ids, me)
         me.on_death.append(stage.cancel_all)
         try:

@@ -148,10 +148,11 @@ def test_txn_offset_commit_becomes_the_groups_offsets_only_when_its_transaction_
         pid, epoch = open_txn(cluster, "t")
         assert tc.add_partitions("t", pid, epoch, [("__consumer_offsets", "g")]) == e.NONE
         assert cluster.txn_offset_commit("t", pid, epoch, "g", {("in", 0): 5}) == e.NONE
-        assert cluster.groups.offsets("g") == {}
+        assert cluster.groups.offsets("g") == {} and not cluster.groups.stable("g")
         assert tc.end_txn("t", pid, epoch, commit=commit) == e.NONE
+        assert not cluster.groups.stable("g")  # still pending until the marker lands
         cluster.settle()
-        assert cluster.groups.offsets("g") == ({("in", 0): 5} if commit else {})
+        assert cluster.groups.offsets("g") == ({("in", 0): 5} if commit else {}) and cluster.groups.stable("g")
 
 
 def test_a_timeout_above_the_brokers_maximum_is_refused(cluster):

@@ -56,9 +56,10 @@ def test_directed_schedule_keeps_the_guarantee(name):
 
 
 def test_a_schedule_replays_step_for_step():
-    first, again = run_one("stream", 7), run_one("stream", 7)
-    assert first.trace == again.trace and first.faults
-    replayed = run_one("stream", 7, list(first.faults))
+    first = next(r for r in (run_one("stream", seed) for seed in range(1, 50)) if len(r.faults) >= 2)
+    again = run_one("stream", first.seed)
+    assert again.trace == first.trace
+    replayed = run_one("stream", first.seed, list(first.faults))  # the recorded faults, no random ones
     assert replayed.trace == first.trace
 
 

@@ -39,6 +39,12 @@ class Cluster:
         self._next_abort_sweep = self.clock.now_ms + abort_interval_ms
         self._next_expiry_sweep = self.clock.now_ms + expire_interval_ms
 
+    def expire_ids_after(self, expiration_ms: int, sweep_interval_ms: int) -> None:
+        """Set transactional.id.expiration.ms and its clean-up interval (a test's shortcut)."""
+        self.coordinator.id_expiration_ms = expiration_ms
+        self.expire_interval_ms = sweep_interval_ms
+        self._next_expiry_sweep = self.clock.now_ms + sweep_interval_ms
+
     # -- topics --------------------------------------------------------------
 
     def create_topic(self, topic: str, partitions: int) -> None:
@@ -118,3 +124,13 @@ class Cluster:
         """Write every marker now (used by tests and at the end of a schedule)."""
         for tid, partition in self.coordinator.markers_due():
             self.coordinator.write_marker(tid, partition)
+
+    def time_out_everything(self) -> None:
+        """Let every open transaction's timeout pass, and the broker abort it: what readers
+        see once the brokers have cleaned up (the end of a schedule)."""
+        self.settle()
+        longest = max((m.timeout_ms for m in self.coordinator.txns.values()), default=0)
+        self.unavailable_until_ms = -1
+        self.clock.advance(longest + self.abort_interval_ms + 1)
+        self.coordinator.abort_timed_out()
+        self.settle()

@@ -172,6 +172,7 @@ class TransactionCoordinator:
         if meta.state in PREPARE:
             return errors.CONCURRENT_TRANSACTIONS, -1, -1
         if meta.state == TxnState.ONGOING:
+            self._notify("fence", meta)
             self._fence_and_abort(meta)
             return errors.CONCURRENT_TRANSACTIONS, -1, -1
         if self._exhausted(meta.epoch):  # TM.prepareProducerIdRotation

@@ -135,3 +135,9 @@ class Groups:
 
     def offsets(self, group: str) -> dict[tuple[str, int], int]:
         return dict(self.committed.get(group, {}))
+
+    def stable(self, group: str) -> bool:
+        """Whether an OffsetFetch with require_stable (KIP-447; librdkafka's committed() of a
+        read_committed consumer) answers now: no transactional offsets of the group are
+        pending (GroupMetadata.hasPendingOffsetCommitsForTopicPartition -> UNSTABLE_OFFSET_COMMIT)."""
+        return not any(g == group and pending for (g, _pid), pending in self._pending.items())
