@@ -14,7 +14,8 @@ import sys
 import time
 from collections import Counter, defaultdict
 
-from tests.simulation.explorer import KNOWN_DEFECTS, SHAPES, Result, fault_spec, known, parse_faults, run_one, shrink
+from tests.simulation.explorer import Result, fault_spec, known, parse_faults, run_one, shrink
+from tests.simulation.shapes import KNOWN_DEFECTS, SHAPES
 
 
 def _report(result: Result, trace_lines: int) -> None:
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=4, help="faults per schedule at most (default 4)")
     ap.add_argument("--no-shrink", action="store_true", help="report failing schedules as found")
     ap.add_argument("--trace-lines", type=int, default=120, help="trace lines to print (0: all)")
-    ap.add_argument("--replay", nargs=2, metavar=("SHAPE", "SEED"), help="replay one schedule")
+    ap.add_argument("--replay", nargs=2, metavar=("SHAPE", "SEED"),
+                    help="replay one schedule (SHAPE may be directed:NAME)")
     ap.add_argument("--faults", default="", help="with --replay: the schedule's faults (as printed)")
     args = ap.parse_args(argv)
 

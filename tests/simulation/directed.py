@@ -12,10 +12,10 @@ import json
 import random
 from typing import Callable
 
-from tests.simulation.adapters import _Producer
-from tests.simulation.explorer import SHAPES, Scenario, check_stream, cleanup_check, run_cleanup
+from tests.simulation.adapters import Producer
+from tests.simulation.faults import CRASH, FAIL, STALL, Fault
 from tests.simulation.invariants import Oracle
-from tests.simulation.scheduler import CRASH, FAIL, STALL, Fault
+from tests.simulation.shapes import Scenario, check_stream, cleanup_check, run_cleanup
 from tests.simulation.sinks import FileSink, KafkaSink
 from tests.simulation.spark_shapes import BatchJob, StreamQuery
 from tests.simulation.world import World
@@ -67,7 +67,7 @@ def stale_commit_log_read(w: World, oracle: Oracle, rng: random.Random) -> Scena
 
     def other() -> None:
         w.sched.wait_until(lambda: decided(0))
-        producer = _Producer("other.decisions", 60_000, "the other sink's decision writer")
+        producer = Producer("other.decisions", 60_000, "the other sink's decision writer")
         producer.init()
         producer.produce(sink.commit_log, 0, "other", json.dumps({"queryId": "o", "batchId": 0, "state": "done",
                                                                   "transactions": []}))
@@ -191,12 +191,8 @@ def abandon_before_log(w: World, oracle: Oracle, rng: random.Random) -> Scenario
 
     def main() -> None:
         first.supervise(runs=1)
-        import shutil
-
-        shutil.rmtree(first.checkpoint.path)
-        second = StreamQuery(w, oracle, "q2", sink, [2], 1, label="q", start=[0])
-        queries.append(second)
-        second.supervise()
+        queries.append(first.without_checkpoint("q2"))
+        queries[-1].supervise()
 
     return Scenario(main, lambda: check_stream(w, oracle, queries[-1]), outcome=lambda: queries[-1].outcome)
 
@@ -213,16 +209,8 @@ def checkpoint_lost_idle(w: World, oracle: Oracle, rng: random.Random) -> Scenar
 
     def main() -> None:
         first.supervise(runs=1)
-        import shutil
-
-        shutil.rmtree(first.checkpoint.path)
-        while not w.cluster.groups.stable("source-group"):
-            w.sched.sleep(1.0)
-        held = w.cluster.groups.offsets("source-group")
-        second = StreamQuery(w, oracle, "q2", sink, [1, 1], 1, label="q", start=[held.get(("in", p), 0)
-                                                                                  for p in range(2)])
-        queries.append(second)
-        second.supervise()
+        queries.append(first.without_checkpoint("q2"))
+        queries[-1].supervise()
 
     def finals() -> None:
         everything = {f"q:{p}:0" for p in range(2)}
@@ -278,6 +266,3 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "file-zombie-rename": (file_zombie_rename, {"unexpected-error"},
                            "a zombie driver's commit rename fails with a raw FileNotFoundError"),
 }
-
-for _name, (_builder, _rule, _why) in DIRECTED.items():
-    SHAPES["directed:" + _name] = _builder

@@ -27,7 +27,7 @@ import random
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from tests.simulation import adapters
-from tests.simulation.scheduler import CRASH, FAIL, SLOW, STALL
+from tests.simulation.faults import CRASH, FAIL, SLOW, STALL
 from tests.simulation.world import World
 
 # Named points where the driver's process may die, stall or be slow; commit-raise is

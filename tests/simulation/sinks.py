@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.simulation.adapters import _Producer
+from tests.simulation.adapters import Producer
 from tests.simulation.invariants import Oracle
 from tests.simulation.scheduler import Actor
 from tests.simulation.world import World
@@ -96,7 +96,7 @@ def other_sink(w: World, topic: str, writes: int) -> None:
         leave_open = sched.rng().random() < 0.5
 
         def write(i: int = i, leave_open: bool = leave_open) -> None:
-            producer = _Producer("other.decisions", 60_000, "the other sink's decision writer")
+            producer = Producer("other.decisions", 60_000, "the other sink's decision writer")
             producer.init()
             value = json.dumps({"queryId": "other-query", "batchId": i, "state": "done", "transactions": []})
             producer.produce(topic, 0, "other", value)

@@ -29,7 +29,8 @@ from typing import Any, Optional
 from pyspark import TaskContext
 from pyspark.sql.types import StringType, StructField, StructType
 
-from tests.simulation.scheduler import CRASH, FAIL, SLOW, SPARK, STALL, Actor, Crash
+from tests.simulation.faults import CRASH, FAIL, SLOW, SPARK, STALL
+from tests.simulation.scheduler import Actor, Crash
 from tests.simulation.world import World
 
 SCHEMA = StructType([StructField("key", StringType()), StructField("value", StringType())])

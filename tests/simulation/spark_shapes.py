@@ -19,13 +19,15 @@ commits or aborts; nobody restarts it.
 from __future__ import annotations
 
 import pickle
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionLostError
 from kafka_eos_tools.faults import InjectedFault
+from tests.simulation.faults import CRASH, SLOW, STALL
 from tests.simulation.invariants import Oracle
-from tests.simulation.scheduler import CRASH, SLOW, STALL, Actor, Crash, StepLimit
+from tests.simulation.scheduler import Actor, Crash, StepLimit
 from tests.simulation.spark_model import SCHEMA, Checkpoint, ConcurrentUpdate, JobFailed, StageRunner, TaskFailure
 from tests.simulation.world import World
 
@@ -121,6 +123,27 @@ class StreamQuery:
             self.loud[key] = self.loud.get(key, 0) + 1
             if self.loud[key] >= 2:  # the same on two restarts: it fails every time
                 self.outcome = "loud"
+
+    def without_checkpoint(self, name: str) -> "StreamQuery":
+        """The checkpoint is lost: this query is stopped for good (its drivers too, even a
+        stalled one: nobody starts a second query while the first may still run; its tasks
+        may linger), and a new query (new id, new checkpoint, same outputs) starts from the
+        source group's offsets (startingOffsets=group; earliest where it has none), read as
+        a read_committed consumer's committed() reads them: stable, waiting while a
+        transaction carrying them is still open."""
+        sched = self.w.sched
+        for actor in sched.actors:
+            if actor.kind == "driver" and actor.name.startswith(self.name + ".r"):
+                sched.kill(actor, "(the old query is stopped)")
+        shutil.rmtree(self.checkpoint.path)
+        group = self.sink.extra.get("sourceGroupId", "")
+        while not self.w.cluster.groups.stable(group):
+            sched.sleep(1.0)  # the consumer retries; the broker's timeout ends an abandoned transaction
+        held = self.w.cluster.groups.offsets(group)
+        start = [held.get(("in", p), 0) for p in range(len(self.counts))]
+        sched.log(f"the checkpoint of {self.name} is lost; a new query starts from the group's offsets {start}")
+        return StreamQuery(self.w, self.oracle, name, self.sink, self.counts, self.max_per_trigger, label=self.label,
+                           start=start, tasks=self.tasks)
 
     def on_finished(self) -> None:
         if getattr(self.sink, "kind", "") == "kafka":

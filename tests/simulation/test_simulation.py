@@ -12,11 +12,12 @@ from __future__ import annotations
 import pytest
 
 from tests.simulation import adapters, directed
-from tests.simulation.explorer import KNOWN_DEFECTS, SHAPES, fault_spec, run_one
-from tests.simulation.scheduler import CRASH, Fault
+from tests.simulation.explorer import fault_spec, run_one
+from tests.simulation.faults import CRASH, Fault
+from tests.simulation.shapes import KNOWN_DEFECTS, SHAPES
 from tests.simulation.twophase_plants import forgetful_log, sweepless_committer, undurable_decisions
 
-RANDOM_SHAPES = sorted(s for s in SHAPES if not s.startswith("directed:"))
+RANDOM_SHAPES = sorted(SHAPES)
 GATE_SCHEDULES = 20
 FULL_SCHEDULES = 400
 

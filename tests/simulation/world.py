@@ -8,9 +8,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tests.simulation.faults import FaultPlan
 from tests.simulation.model.clock import Clock
 from tests.simulation.model.cluster import Cluster
-from tests.simulation.scheduler import Actor, FaultPlan, Scheduler
+from tests.simulation.scheduler import Actor, Scheduler
 
 _CURRENT: Optional["World"] = None
 

@@ -184,22 +184,25 @@ class TransactionCoordinator:
         self._notify("init", meta)
         return errors.NONE, meta.producer_id, meta.epoch
 
-    def _check_producer(self, meta: Optional[TxnMetadata], producer_id: int, epoch: int) -> int:
+    def _check_producer(self, meta: Optional[TxnMetadata], producer_id: int, epoch: int,
+                        adding: bool = False) -> int:
+        """The checks every request under a producer id and epoch starts with; ``adding``
+        (AddPartitions, a partition's verification): also busy while Prepare*."""
         if meta is None or meta.producer_id != producer_id:
             return errors.INVALID_PRODUCER_ID_MAPPING
         if meta.epoch != epoch:
             return errors.PRODUCER_FENCED
+        if adding and meta.state in PREPARE:
+            return errors.CONCURRENT_TRANSACTIONS
         return errors.NONE
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                        partitions: Sequence[tuple]) -> int:
         meta = self.txns.get(transactional_id)
-        code = self._check_producer(meta, producer_id, epoch)
+        code = self._check_producer(meta, producer_id, epoch, adding=True)
         if code != errors.NONE:
             return code
         assert meta is not None
-        if meta.state in PREPARE:
-            return errors.CONCURRENT_TRANSACTIONS
         if meta.state in RESTING:
             meta.start_ms = self.clock.now_ms
             meta.serial += 1
@@ -216,12 +219,10 @@ class TransactionCoordinator:
         TC.handleVerifyPartitionsInTransaction): the partition must be in the ongoing
         transaction of that producer id and epoch."""
         meta = self.txns.get(transactional_id)
-        code = self._check_producer(meta, producer_id, epoch)
+        code = self._check_producer(meta, producer_id, epoch, adding=True)
         if code != errors.NONE:
             return code
         assert meta is not None
-        if meta.state in PREPARE:
-            return errors.CONCURRENT_TRANSACTIONS
         if meta.state != TxnState.ONGOING or partition not in meta.partitions:
             return errors.INVALID_TXN_STATE
         return errors.NONE
