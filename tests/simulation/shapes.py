@@ -55,8 +55,10 @@ KNOWN_DEFECTS = {
                         "after a lost checkpoint: the abandon path fences before it records (directed "
                         "abandon-before-log); a decided batch is finished only by the new query's first batch "
                         "(checkpoint-lost-idle); " + _WHY_STREAM),
-    "batch": ({"lost-forever"}, "a df.write decided and failed or died; its transactions time out before the "
-                                "next writer of the prefix, which then fails, as every later one does"),
+    "batch": ({"lost-forever", "partial"},
+              "a df.write decided, committed part of its batch and failed or died: the part stays visible, and "
+              "the rest is lost if its transactions time out before the next writer of the prefix, which then "
+              "fails, as every later one does"),
     "batch-concurrent": ({"false-lost", "lost-forever", "partial", "decided-fenced"},
                          "concurrent df.write jobs on one prefix share transactional ids (directed "
                          "concurrent-batch-jobs)"),
