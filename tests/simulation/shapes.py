@@ -42,9 +42,10 @@ KNOWN_DEFECTS = {
     "stream": (_STREAM, _WHY_STREAM),
     "stream-long-outages": (_STREAM, _WHY_STREAM + "; an expired or re-used id read as lost (directed "
                                                    "expired-id-after-commit)"),
-    "stream-file": ({"unexpected-error", "commit-without-decision"},
-                    "a zombie driver of the file sink: raw FileNotFoundError, stale decision.json overwrite "
-                    "(directed file-zombie-rename, file-zombie-decision)"),
+    "stream-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order"},
+                    "a zombie driver of the file sink: raw FileNotFoundError; a stale decision.json written over "
+                    "a newer one, after which a re-run decides a done batch again (directed file-zombie-rename, "
+                    "file-zombie-decision)"),
     "stream-shared-log": (_STREAM | {"duplicate", "order", "decided-not-visible"},
                           "another sink's open decision write hides newer decisions (directed "
                           "stale-commit-log-read); " + _WHY_STREAM),
@@ -55,10 +56,10 @@ KNOWN_DEFECTS = {
                         "after a lost checkpoint: the abandon path fences before it records (directed "
                         "abandon-before-log); a decided batch is finished only by the new query's first batch "
                         "(checkpoint-lost-idle); " + _WHY_STREAM),
-    "batch": ({"lost-forever", "partial"},
+    "batch": ({"lost-forever", "partial", "decided-fenced"},
               "a df.write decided, committed part of its batch and failed or died: the part stays visible, and "
               "the rest is lost if its transactions time out before the next writer of the prefix, which then "
-              "fails, as every later one does"),
+              "fails, as every later one does; a resubmitted stage's tasks re-use attempt 0's ids"),
     "batch-concurrent": ({"false-lost", "lost-forever", "partial", "decided-fenced"},
                          "concurrent df.write jobs on one prefix share transactional ids (directed "
                          "concurrent-batch-jobs)"),
