@@ -1,0 +1,32 @@
+"""Defects planted on purpose (with pytest's monkeypatch) to prove the invariants see them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka_eos_ds.twophase.protocol import DECIDED
+from tests.simulation import adapters
+
+
+def undurable_decisions(monkeypatch: Any) -> None:
+    """A decision log whose 'decided' records never reach the log: the commits that follow
+    have no durable decision behind them."""
+    write = adapters.ModelDecisionLog.write
+
+    def write_done_only(self: Any, decision: Any) -> None:
+        if decision.state != DECIDED:
+            write(self, decision)
+
+    monkeypatch.setattr(adapters.ModelDecisionLog, "write", write_done_only)
+
+
+def forgetful_log(monkeypatch: Any) -> None:
+    """A decision log that reads nothing back: a restart decides a decided batch anew."""
+    monkeypatch.setattr(adapters.ModelDecisionLog, "latest", lambda self: None)
+
+
+def sweepless_committer(monkeypatch: Any) -> None:
+    """A committer that fences nothing (no recovery abort, no post-commit sweep)."""
+    from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+
+    monkeypatch.setattr(TwoPhaseCommitter, "_fence", lambda self, ids: None)
