@@ -22,7 +22,7 @@ from tests.simulation.faults import Fault, FaultPlan
 from tests.simulation.invariants import Oracle, Violation
 from tests.simulation.scheduler import Crash
 from tests.simulation.shapes import KNOWN_DEFECTS, SHAPES, Scenario
-from tests.simulation.spark_shapes import unexpected
+from tests.simulation.spark_jobs import unexpected
 from tests.simulation.world import World
 
 # Every shape a schedule can name: the randomized ones and the directed ones.

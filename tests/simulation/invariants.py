@@ -12,7 +12,9 @@ The rules, from the sink's guarantee (DESIGN.md section 2) and its protocol:
   or after it.
 * ``decided-fenced``: nobody fences (InitProducerId) a transaction a durable decision names
   (DESIGN.md: "never call it on an id whose transaction may be decided"), except to abandon
-  a batch of a query whose checkpoint was lost (the decision is then marked abandoned).
+  a batch of a query whose checkpoint was lost (the decision is then marked abandoned); nor
+  does a decision name a transaction a fence was already aborting (its driver checked the
+  transaction, someone fenced it, then the decision was made: the check raced a fencer).
 * ``decided-not-visible``: every participant of a durable decision is committed in the
   end, unless the query stopped loudly with a TransactionLostError naming it (a timeout).
 * ``false-lost``: a TransactionLostError is only raised for a transaction that really was
@@ -25,6 +27,7 @@ The rules, from the sink's guarantee (DESIGN.md section 2) and its protocol:
   when the sink last listed its open transactions is still open (the LSO reaches the
   high watermark, except for attempts that started after that sweep: documented).
 * ``unexpected-error``: the product raised something outside its exception tree.
+* ``unnamed-conflict``: two streams on one prefix: the loud stop names both queries.
 * ``stuck``: a query failed retriably on every restart after the faults stopped.
 """
 
@@ -64,7 +67,7 @@ class Oracle:
         self.prefixes: dict[str, str] = {}             # sink prefix -> commit-log topic
         self.topics: list[str] = []                    # output topics watched
         self.decided: dict[tuple[str, int, int], tuple[str, int]] = {}  # (id, pid, epoch) -> (query, batch)
-        self.fenced: dict[tuple[str, int, int], str] = {}  # decided transactions aborted by a fence: by whom
+        self.fenced: dict[tuple[str, int, int], str] = {}  # open transactions aborted by a fence: by whom
         self.decisions: list[Decision] = []
         self.committed: set[tuple[str, int, int]] = set()
         self.aborted: set[tuple[str, int, int]] = set()
@@ -73,6 +76,7 @@ class Oracle:
         self._seen: dict[tuple[str, int], tuple[int, list]] = {}
         self.claims: list[tuple[str, int, set[str]]] = []  # TransactionLostErrors: (query, batch, ids)
         self.unknown: set[tuple[str, int]] = set()          # batches recovery said it cannot tell
+        self.excused_queries: set[str] = set()  # queries stopped loudly for sharing ids: their decisions' fate
         self._values: set[str] = set()
         w.cluster.coordinator.observers.append(self.on_txn)
         w.checks.append(self.check_now)
@@ -100,10 +104,13 @@ class Oracle:
             return
         epoch = self._epochs.get(key, meta.epoch)
         txn = (meta.transactional_id, meta.producer_id, epoch)
-        if event == "fence" and txn in self.decided and txn not in self.committed:
+        if event == "fence" and txn not in self.committed:
+            # Every fence of an open transaction, by whom: one that a decision names (now, or
+            # later, when the decision raced the fence) ends up aborted.
             who = self.w.sched.current.name if self.w.sched.current else "?"
-            self.fenced[txn] = f"{who} at step {self.w.sched.step}"
-            self.w.sched.log(f"  !! {who} fences {txn}, which a durable decision names")
+            self.fenced.setdefault(txn, f"{who} at step {self.w.sched.step}")
+            if txn in self.decided:
+                self.w.sched.log(f"  !! {who} fences {txn}, which a durable decision names")
         if event not in ("prepare-commit", "prepare-abort"):
             return
         if event == "prepare-abort":
@@ -113,6 +120,8 @@ class Oracle:
         if meta.transactional_id.endswith(".decisions"):
             for topic, partition in meta.partitions:
                 for record in self.w.cluster.log(topic, partition).open_records(meta.producer_id):
+                    if record.value is None:
+                        continue  # a tombstone: a finished job's record dropped
                     decision = Decision.from_json(json.loads(record.value))
                     self.decisions.append(decision)
                     for p in decision.participants:
@@ -181,9 +190,10 @@ class Oracle:
             self.fail("partial", f"{label}: {len(shown)} of its {len(rows)} rows are visible")
 
     def lost_claim(self, error: BaseException) -> None:
-        """A TransactionLostError ("Batch N of query Q was decided but k of its n transaction(s)
+        """A TransactionLostError ("Batch N of Q was decided but k of its n transaction(s)
         were aborted instead of committed (a, b); ..."): remember what it claims."""
-        m = re.search(r"Batch (\d+) of query (\S+) was decided but .*? instead of committed \(([^)]*)\)", str(error))
+        m = re.search(r"Batch (\d+) of (?:query )?(\S+) was decided but .*? instead of committed \(([^)]*)\)",
+                      str(error))
         if m is None:
             self.fail("unexpected-error", f"a TransactionLostError that names no batch: {error}")
             return
@@ -201,14 +211,22 @@ class Oracle:
         TransactionLostError named (which must really not be committed) and those of a batch
         abandoned after its query's checkpoint was lost."""
         excused: set[tuple[str, int, int]] = set()
+        false: set[tuple[str, int, int]] = set()
         for query, batch, ids in self.claims:
-            excused |= {txn for txn, qb in self.decided.items() if qb == (query, batch) and txn[0] in ids}
+            for tid in ids:
+                # An id can be in several decisions of one batch (the writes of a micro-batch
+                # inside foreachBatch share their ids): the claim is false only if every
+                # decided transaction of that id in that batch committed.
+                named = {txn for txn, qb in self.decided.items() if qb == (query, batch) and txn[0] == tid}
+                if named and named <= self.committed:
+                    false |= named
+                excused |= named - self.committed
         abandoned = {(d.query_id, d.batch_id) for d in self.decisions if d.state == ABANDONED}
-        for txn in sorted(excused & self.committed):
+        for txn in sorted(false):
             self.fail("false-lost", f"a TransactionLostError said {txn} was aborted, but it committed: its records "
                                     "are in the output")
         for txn in sorted(set(self.decided) - self.committed):
-            if self.decided[txn] in abandoned:
+            if self.decided[txn] in abandoned or self.decided[txn][0] in self.excused_queries:
                 continue
             if txn in self.fenced:
                 self.fail("decided-fenced", f"{txn}, named by a durable decision of batch {self.decided[txn][1]}, "
@@ -218,35 +236,36 @@ class Oracle:
                 self.fail("decided-not-visible", f"{txn} was named by a durable decision but never committed, and "
                                                  "no TransactionLostError said so")
 
-    def check_no_leftovers(self, prefix: str) -> None:
-        """At the moment a query finishes: no open transaction of its sink that an earlier
-        listing of the sink's open transactions saw (it should have been aborted)."""
-        pattern = transactional_ids.pattern(prefix)
+    def check_no_leftovers(self, prefix: str, families: str = "", writer: str = "") -> None:
+        """At the moment a query finishes: no open transaction of its writer (``families``
+        of the sink's ids, the stream's own by default) that an earlier listing of them saw
+        (it should have been aborted), and no decision write of the writer left open."""
+        pattern = transactional_ids.pattern(prefix, families)
         listed = [step for step, p in self.w.listings if p == pattern]
         if not listed:
             return
-        rx = re.compile(pattern)
+        decisions = transactional_ids.decision_writer(prefix, writer)
         tc = self.w.cluster.coordinator
         for tid, meta in sorted(tc.txns.items()):
-            if meta.state.value != "Ongoing":
+            if meta.state.value != "Ongoing" or self._began.get(tid, -1) >= listed[-1]:
                 continue
-            if rx.match(tid) and self._began.get(tid, -1) < listed[-1]:
+            if transactional_ids.in_families(prefix, tid, families):
                 self.fail("left-open", f"{tid} (pid {meta.producer_id} e{meta.epoch}) is still open when the query "
                                        f"finished; it was already open at the sink's last sweep (step {listed[-1]})")
-            if tid == transactional_ids.decision_writer(prefix) and self._began.get(tid, -1) < listed[-1]:
+            if tid == decisions:
                 self.fail("left-open", f"the decision writer {tid} has a transaction open since before the sink's "
                                        "last sweep when the query finished")
 
     def file_final_rename(self, root: Path, src: str, dst: str) -> None:
-        """A pending file became final (just now): ``decision.json`` must name it."""
-        pending = root / "_kafka_eos" / "pending"
-        if Path(src).parent != pending or Path(dst).parent != root:
+        """A pending file became final (just now): its writer's ``decision.json`` must name it."""
+        pending = Path(src).parent
+        if pending.name != "pending" or pending.parent.parent != root / "_kafka_eos" or Path(dst).parent != root:
             return
         try:
-            decision = Decision.from_json(json.loads((root / "_kafka_eos" / "decision.json").read_text()))
+            decision = Decision.from_json(json.loads((pending.parent / "decision.json").read_text()))
         except FileNotFoundError:
             decision = None
         rel = Path(src).relative_to(root).as_posix()
         if decision is None or not any(p.handle.get("pending") == rel for p in decision.participants):
-            self.fail("commit-without-decision", f"{rel} renamed to its final name, but decision.json does not "
-                                                 f"name it ({decision.state.value if decision else 'no decision'})")
+            self.fail("commit-without-decision", f"{rel} renamed to its final name, but its writer's decision.json "
+                                                 f"does not name it ({decision.state.value if decision else 'none'})")

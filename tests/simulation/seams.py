@@ -2,14 +2,19 @@
 
 Only module attributes are replaced (no product file is edited):
 
-* the Kafka clients: ``sink.driver.TransactionCoordinator``, ``sink.driver.KafkaDecisionLog``,
-  ``sink.driver.cluster_metadata`` and ``sink.task_writer._PartitionWriter`` -> the
-  :mod:`.adapters`;
-* time: the committers get the virtual clock and sleep (their constructor takes both),
-  ``sink.participants`` reads the wall clock from :class:`VirtualTime`;
+* the Kafka clients: ``sink.kafka_sink.TransactionCoordinator`` -> the real class built on
+  the model's admin client and coordinator channel (its ``admin_factory`` and
+  ``channel_factory``); ``sink.decision_log.LogClients`` -> the model's admin, producer
+  and consumers under the real ``KafkaDecisionLog``; ``sink.kafka_sink.cluster_metadata``
+  and ``sink.task_writer._PartitionWriter`` -> the :mod:`.adapters`;
+* time: the committers get the virtual clock and sleep (their constructor takes both), so
+  does the Kafka sink's set-up retry (``sink.kafka_sink.retrying``); the modules that read
+  the clock themselves (``sink.participants``, ``sink.decision_log``,
+  ``kafka.coordinator``) read :class:`VirtualTime`;
 * the committer's thread pool -> :class:`SequentialExecutor` (a seeded order, one step at a
   time, so a schedule is reproducible);
-* uuids of batch writes -> seeded;
+* uuids of batch writes (``twophase.writers``) and of the file sink's temporary decision
+  files -> seeded;
 * the file sink's ``os`` -> :class:`OsProxy` (a step at every rename, where a crash can
   strike between a pending file and its final name);
 * ``twophase.faults``: the product's named crash points become steps of the scheduler.
@@ -36,7 +41,7 @@ DRIVER_POINT = (CRASH, STALL, SLOW)
 
 
 class VirtualTime:
-    """The ``time`` module as ``sink.participants`` uses it (time.time())."""
+    """The ``time`` module as the product's modules use it (time, monotonic, sleep)."""
 
     def __init__(self, w: World) -> None:
         self._w = w
@@ -122,24 +127,32 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
     """Plug ``w`` into the product for the duration of the block."""
     from kafka_eos_ds.twophase import faults
     from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+    from kafka_eos_ds.twophase.retrying import retrying
 
     def committer(*args: Any, **kwargs: Any) -> TwoPhaseCommitter:
         return TwoPhaseCommitter(*args, sleep=w.sleep, clock=w.clock.monotonic, **kwargs)
 
+    def virtual_retrying(*args: Any, **kwargs: Any) -> Any:
+        return retrying(*args, sleep=w.sleep, clock=w.clock.monotonic, **kwargs)
+
     class Uuid:
         uuid4 = staticmethod(w.uuid4)
 
+    clock = VirtualTime(w)
     patches = [
-        ("kafka_eos_ds.sink.driver", "TransactionCoordinator", adapters.ModelTransactionCoordinator),
-        ("kafka_eos_ds.sink.driver", "KafkaDecisionLog", adapters.ModelDecisionLog),
-        ("kafka_eos_ds.sink.driver", "cluster_metadata", adapters.cluster_metadata),
+        ("kafka_eos_ds.sink.kafka_sink", "TransactionCoordinator", adapters.transaction_coordinator()),
+        ("kafka_eos_ds.sink.decision_log", "LogClients", adapters.ModelLogClients),
+        ("kafka_eos_ds.sink.kafka_sink", "cluster_metadata", adapters.cluster_metadata),
         ("kafka_eos_ds.sink.task_writer", "_PartitionWriter", adapters.ModelPartitionWriter),
-        ("kafka_eos_ds.sink.driver", "TwoPhaseCommitter", committer),
-        ("kafka_eos_ds.filesink.driver", "TwoPhaseCommitter", committer),
+        ("kafka_eos_ds.sink.kafka_sink", "TwoPhaseCommitter", committer),
+        ("kafka_eos_ds.sink.kafka_sink", "retrying", virtual_retrying),
+        ("kafka_eos_ds.filesink.file_sink", "TwoPhaseCommitter", committer),
         ("kafka_eos_ds.twophase.committer", "ThreadPoolExecutor", SequentialExecutor),
-        ("kafka_eos_ds.sink.participants", "time", VirtualTime(w)),
-        ("kafka_eos_ds.sink.writers", "uuid", Uuid),
-        ("kafka_eos_ds.filesink.writers", "uuid", Uuid),
+        ("kafka_eos_ds.sink.participants", "time", clock),
+        ("kafka_eos_ds.sink.decision_log", "time", clock),
+        ("kafka_eos_ds.kafka.coordinator", "time", clock),
+        ("kafka_eos_ds.twophase.writers", "uuid", Uuid),
+        ("kafka_eos_ds.filesink.decision_log", "uuid", Uuid),
         ("kafka_eos_ds.filesink.participants", "os", OsProxy(w, on_rename)),
         ("kafka_eos_ds.filesink.task", "os", OsProxy(w, on_rename)),
         ("kafka_eos_ds.filesink.decision_log", "os", OsProxy(w, on_rename)),

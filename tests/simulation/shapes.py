@@ -13,7 +13,12 @@ trigger, output partitions, task counts) and options from the seed.
 * ``checkpoint-lost``: with ``sourceGroupId``, the checkpoint is lost after a failed run
   and a new query starts from the group's offsets;
 * ``batch`` / ``batch-concurrent``: df.write jobs, one after another or at once;
-* ``foreach-batch``: two df.write per micro-batch inside ``foreachBatch``.
+* ``foreach-batch``: one to three df.write per micro-batch inside a classic
+  ``foreachBatch`` (the writes see the stream's query id, micro-batch id and run id);
+  ``foreach-batch-file``: the same into the file sink; ``foreach-batch-connect``: Spark
+  Connect's ``foreachBatch`` (no stream properties: each write names itself with
+  ``txnAppId``/``txnVersion``);
+* ``app-writes``, ``two-streams``: :mod:`.write_shapes`.
 
 :data:`KNOWN_DEFECTS` lists, per shape, the rules today's code is known to break.
 """
@@ -21,101 +26,66 @@ trigger, output partitions, task counts) and options from the seed.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from tests.simulation.invariants import Oracle
-from tests.simulation.model.coordinator import SHORT_MAX
+from tests.simulation.scenario import Scenario, check_stream, cleanup_check, epochs, run_cleanup
 from tests.simulation.sinks import FileSink, KafkaSink, other_sink
-from tests.simulation.spark_shapes import BatchJob, StreamQuery
+from tests.simulation.spark_jobs import BatchJob
+from tests.simulation.spark_shapes import StreamQuery
 from tests.simulation.world import World
+from tests.simulation.write_shapes import WRITE_SHAPES
 
 # What today's code is known to break, per shape: the gate tolerates exactly these rules
 # (anything else fails it); directed.py reproduces each cause on purpose. Drop a rule here
 # when its defect is fixed.
-_STREAM = {"progress", "left-open", "decided-fenced", "false-lost"}
-_WHY_STREAM = ("zombie drivers: a late AddOffsetsToTxn under a still-current epoch (directed zombie-driver-carry), "
-               "recovery or abort sweeps acting on a stale read of the log (zombie-driver-recovery); zombie tasks "
-               "of a resubmitted stage re-initialising a decided id; the post-commit sweep skipping an id of the "
-               "batch just committed that a zombie re-opened")
+_ZOMBIES = ("zombie drivers acting on a stale read: recovery, the post-commit sweep or Spark's abort fence a batch a "
+            "newer driver decided (directed zombie-driver-recovery, zombie-driver-sweep); a zombie task, or an old "
+            "stage attempt's task restarted at attempt 0, opening a transaction on an id a decision names "
+            "(stage-retry-same-id); a transaction committed and fenced after, or expired, then read as lost "
+            "(expired-id-after-commit)")
+_STREAM = {"decided-fenced", "false-lost", "progress"}
+_WHY_STREAM = _ZOMBIES + "; a zombie recovery re-attaching a done batch's progress (zombie-recovery-carry)"
+_JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
+         "writer of the prefix) if its transactions time out first; a df.write finishing another job's decision "
+         "drops it when that fails part-way (finish-jobs-forget)")
+_FILE = ("a zombie driver of the file sink: a raw FileNotFoundError at its rename (file-zombie-rename); a stale "
+         "decision.json written over a newer one (file-zombie-decision, foreach-file-zombie)")
 KNOWN_DEFECTS = {
     "stream": (_STREAM, _WHY_STREAM),
-    "stream-long-outages": (_STREAM, _WHY_STREAM + "; an expired or re-used id read as lost (directed "
-                                                   "expired-id-after-commit)"),
-    "stream-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order"},
-                    "a zombie driver of the file sink: raw FileNotFoundError; a stale decision.json written over "
-                    "a newer one, after which a re-run decides a done batch again (directed file-zombie-rename, "
-                    "file-zombie-decision)"),
-    "stream-shared-log": (_STREAM | {"duplicate", "order", "decided-not-visible"},
-                          "another sink's open decision write hides newer decisions (directed "
-                          "stale-commit-log-read); " + _WHY_STREAM),
-    "stream-and-batch": (_STREAM | {"duplicate", "order", "lost-forever", "partial", "decided-not-visible"},
-                         "a df.write on the stream's prefix erases its done mark, re-uses its ids (directed "
-                         "shared-prefix-done-mark, concurrent-batch-jobs); " + _WHY_STREAM),
-    "checkpoint-lost": (_STREAM | {"lost", "decided-not-visible"},
-                        "after a lost checkpoint: the abandon path fences before it records (directed "
-                        "abandon-before-log); a decided batch is finished only by the new query's first batch "
-                        "(checkpoint-lost-idle); " + _WHY_STREAM),
-    "batch": ({"lost-forever", "partial", "decided-fenced"},
-              "a df.write decided, committed part of its batch and failed or died: the part stays visible, and "
-              "the rest is lost if its transactions time out before the next writer of the prefix, which then "
-              "fails, as every later one does; a resubmitted stage's tasks re-use attempt 0's ids"),
-    "batch-concurrent": ({"false-lost", "lost-forever", "partial", "decided-fenced"},
-                         "concurrent df.write jobs on one prefix share transactional ids (directed "
-                         "concurrent-batch-jobs)"),
+    "stream-long-outages": (_STREAM, _WHY_STREAM),
+    "stream-shared-log": (_STREAM, _WHY_STREAM),
+    "stream-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order"}, _FILE),
+    "stream-and-batch": (_STREAM | {"partial", "decided-not-visible"}, _WHY_STREAM + "; " + _JOBS),
+    "checkpoint-lost": (_STREAM | {"lost", "decided-not-visible", "left-open"},
+                        "a decided batch of the lost query is finished only by the new query's first batch: with no "
+                        "new input, never (checkpoint-lost-idle); " + _WHY_STREAM),
+    "batch": ({"partial", "decided-not-visible", "decided-fenced"}, _JOBS + "; " + _ZOMBIES),
+    "batch-concurrent": ({"partial", "decided-not-visible", "decided-fenced"}, _JOBS + "; " + _ZOMBIES),
+    "app-writes": ({"decided-fenced"}, _ZOMBIES),
     "foreach-batch": (_STREAM | {"lost"},
-                      "a df.write inside foreachBatch commits under the stream's first batch id: every later "
-                      "write is a silent no-op and its rows are lost (directed foreach-batch-writes)"),
+                      "a zombie driver and its replacement in one micro-batch: a write counted as done by the other "
+                      "run is skipped (foreach-zombie-ordinal); " + _ZOMBIES),
+    "foreach-batch-connect": ({"decided-fenced", "false-lost"}, _ZOMBIES),
+    "foreach-batch-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order", "lost"},
+                           _FILE + "; foreach-zombie-ordinal"),
+    "two-streams": ({"decided-fenced", "false-lost"},
+                    "two streams share the stream's ids and decision writer: before one notices the other, each can "
+                    "abort the other's decided batch (a TransactionLostError, not the conflict); " + _ZOMBIES),
 }
 
 
-def run_cleanup(w: World, oracle: Oracle, sink: Any) -> str:
-    """After every fault: an empty df.write on the prefix, re-run up to three times (a user
-    re-running a failed job); its recovery finishes what a failed writer decided."""
-    w.plan.budget = len(w.plan.injected)
-    outcome = ""
-    for attempt in range(3):
-        job = BatchJob(w, oracle, f"cleanup{attempt}", sink, [], 1, "cleanup")
-        job.supervise()
-        outcome = job.outcome
-        if outcome == "ok":
-            break
-    return outcome
-
-
-def cleanup_check(oracle: Oracle, outcome: str) -> None:
-    """The clean-up must succeed. Failing with a TransactionLostError (about an earlier
-    writer's decided batch: it writes nothing itself) shows that every later writer of the
-    prefix fails the same way."""
-    if outcome == "ok":
-        return
-    rule = "lost-forever" if "TransactionLostError" in outcome else "stuck"
-    oracle.fail(rule, f"a df.write on the prefix after the faults failed three times: {outcome}")
-
-
-@dataclass
-class Scenario:
-    main: Callable[[], None]
-    finals: Callable[[], None]
-    on_rename: Callable[[str, str], None] = lambda src, dst: None
-    outcome: Callable[[], str] = lambda: ""
-
-
-def _epochs(w: World, rng: random.Random) -> None:
-    """One schedule in four exhausts producer epochs quickly (Kafka: 32766), so producer ids rotate."""
-    w.cluster.coordinator.epoch_limit = rng.choice([SHORT_MAX, SHORT_MAX, SHORT_MAX, 7])
-
-
 def _stream(w: World, oracle: Oracle, rng: random.Random, *, file: bool = False, shared_log: bool = False,
-            jobs: int = 0, foreach: int = 0, long_outages: bool = False) -> Scenario:
+            jobs: int = 0, foreach: int = 0, connect: bool = False, long_outages: bool = False) -> Scenario:
     sink: Any = FileSink(w.root / "out") if file else KafkaSink(out_partitions=rng.randint(1, 2))
     sink.setup(w, oracle)
-    _epochs(w, rng)
+    epochs(w, rng)
     counts = [rng.randint(1, 5) for _ in range(rng.randint(1, 3))]
     progress = not file and not foreach and rng.random() < 0.4
     if progress:
         sink.extra["sourceGroupId"] = "source-group"
-    q = StreamQuery(w, oracle, "q", sink, counts, rng.randint(1, 3), foreach_writes=foreach)
+    q = StreamQuery(w, oracle, "q", sink, counts, rng.randint(1, 3), foreach_writes=foreach,
+                    foreach="connect" if connect else "classic")
     if long_outages:
         # The query stays down for minutes (past the transaction timeout, 60 s) or longer
         # than the brokers keep an idle transactional id (shortened here to 5 minutes).
@@ -159,35 +129,10 @@ def _stream(w: World, oracle: Oracle, rng: random.Random, *, file: bool = False,
     return Scenario(main, finals, on_rename, lambda: q.outcome)
 
 
-def check_stream(w: World, oracle: Oracle, q: StreamQuery, jobs: list[BatchJob] = ()) -> None:
-    """The after-schedule checks of a query (and of batch jobs writing to its sink)."""
-    visible = q.sink.visible(w, oracle)
-    expected = {label: {v for v in q.expected() if v.startswith(label + ":")} for label in q.labels()}
-    complete = {label: q.outcome == "finished" for label in q.labels()}
-    for job in jobs:
-        expected[job.label] = job.values()
-        complete[job.label] = job.outcome == "ok"
-    oracle.check_outputs(visible, expected, complete)
-    shown = {v for values in visible.values() for v in values}
-    for job in jobs:
-        if "TransactionLostError" not in job.outcome:  # a loud partial outcome
-            oracle.check_atomic(job.label, job.values(), shown)
-    if q.sink.kind == "kafka":
-        oracle.check_decided()
-    if q.outcome == "stuck":
-        oracle.fail("stuck", f"the query failed on each of its restarts; last errors: {q.errors[-2:]}")
-    group = q.sink.extra.get("sourceGroupId") if q.sink.kind == "kafka" else None
-    if group and q.outcome == "finished":
-        held = w.cluster.groups.offsets(group)
-        want = {("in", p): n for p, n in enumerate(q.counts)}
-        if held != want:
-            oracle.fail("progress", f"the source group holds {held}, the query consumed {want}")
-
-
 def _batch(w: World, oracle: Oracle, rng: random.Random, concurrent: bool = False) -> Scenario:
     sink = KafkaSink(out_partitions=rng.randint(1, 2))
     sink.setup(w, oracle)
-    _epochs(w, rng)
+    epochs(w, rng)
     jobs = [BatchJob(w, oracle, f"job{i}", sink, [(p, o) for p in range(rng.randint(1, 3))
                                                   for o in range(rng.randint(1, 3))], rng.randint(1, 3), f"job{i}")
             for i in range(rng.randint(2, 3))]
@@ -223,7 +168,7 @@ def _checkpoint_lost(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
     (startingOffsets=group, earliest where the group has none)."""
     sink = KafkaSink(out_partitions=rng.randint(1, 2), extra={"sourceGroupId": "source-group"})
     sink.setup(w, oracle)
-    _epochs(w, rng)
+    epochs(w, rng)
     counts = [rng.randint(1, 5) for _ in range(rng.randint(1, 3))]
     per_trigger = rng.randint(1, 3)
     first = StreamQuery(w, oracle, "q", sink, counts, per_trigger)
@@ -240,7 +185,10 @@ def _checkpoint_lost(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
         last = queries[-1]
         visible = sink.visible(w, oracle)
         everything = {f"q:{p}:{o}" for p, n in enumerate(counts) for o in range(n)}
-        oracle.check_outputs(visible, {"q": everything}, {"q": last.outcome == "finished"})
+        # A batch a TransactionLostError announced lost stays lost: the new query starts
+        # after it (its first transaction, which carried the group's offsets, committed).
+        announced = any("TransactionLostError" in e for q in queries for e in q.errors)
+        oracle.check_outputs(visible, {"q": everything}, {"q": last.outcome == "finished" and not announced})
         oracle.check_decided()
         if last.outcome == "stuck":
             oracle.fail("stuck", f"the query failed on each of its restarts; last errors: {last.errors[-2:]}")
@@ -257,5 +205,8 @@ SHAPES: dict[str, Callable[[World, Oracle, random.Random], Scenario]] = {
     "stream-and-batch": lambda w, o, r: _stream(w, o, r, jobs=r.randint(1, 2)),
     "batch": _batch,
     "batch-concurrent": lambda w, o, r: _batch(w, o, r, concurrent=True),
-    "foreach-batch": lambda w, o, r: _stream(w, o, r, foreach=2),
+    "foreach-batch": lambda w, o, r: _stream(w, o, r, foreach=r.randint(1, 3)),
+    "foreach-batch-file": lambda w, o, r: _stream(w, o, r, file=True, foreach=r.randint(1, 3)),
+    "foreach-batch-connect": lambda w, o, r: _stream(w, o, r, foreach=r.randint(1, 3), connect=True),
+    **WRITE_SHAPES,
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from tests.simulation.adapters import Producer
 from tests.simulation.invariants import Oracle
@@ -32,7 +32,6 @@ class KafkaSink:
     commit_log: str = "_kafka_eos_commit_log"
     timeout_ms: int = 60_000
     commit_timeout_ms: int = 20_000
-    checkpoint: str = ""
     extra: dict = field(default_factory=dict)
     kind = "kafka"
 
@@ -40,19 +39,20 @@ class KafkaSink:
         w.cluster.create_topic(self.topic, self.out_partitions)
         oracle.watch_kafka_sink(self.prefix, self.commit_log, [self.topic])
 
-    def options(self, batch: bool = False) -> dict:
-        """The sink's options; ``batch``: for a df.write (no checkpoint, no sourceGroupId)."""
+    def options(self, checkpoint: str = "", extra: Optional[dict] = None) -> dict:
+        """The sink's options: a stream's with its ``checkpoint``, else a df.write's (no
+        checkpoint, no sourceGroupId); ``extra``: the write's own (txnAppId, txnVersion)."""
         opts = {"kafka.bootstrap.servers": "model:9092", "topic": self.topic, "transactionalIdPrefix": self.prefix,
                 "kafka.transaction.timeout.ms": str(self.timeout_ms), "commitTimeoutMs": str(self.commit_timeout_ms)}
-        if self.checkpoint and not batch:
-            opts["checkpointLocation"] = self.checkpoint
-        extra = {k: v for k, v in self.extra.items() if not (batch and k == "sourceGroupId")}
-        return {**opts, **extra}
+        if checkpoint:
+            opts["checkpointLocation"] = checkpoint
+        more = {k: v for k, v in self.extra.items() if checkpoint or k != "sourceGroupId"}
+        return {**opts, **more, **(extra or {})}
 
-    def data_source(self, batch: bool = False) -> Any:
+    def data_source(self, checkpoint: str = "", extra: Optional[dict] = None) -> Any:
         from kafka_eos_ds.datasource import KafkaEosDataSource
 
-        return KafkaEosDataSource(self.options(batch))
+        return KafkaEosDataSource(self.options(checkpoint, extra))
 
     def item(self, label: str, partition: int, offset: int) -> Any:
         return (self.topic, partition % self.out_partitions, str(partition), f"{label}:{partition}:{offset}")
@@ -70,11 +70,15 @@ class FileSink:
     def setup(self, w: World, oracle: Oracle) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
 
-    def data_source(self, batch: bool = False) -> Any:
+    extra: dict = field(default_factory=dict)
+
+    def data_source(self, checkpoint: str = "", extra: Optional[dict] = None) -> Any:
         from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 
-        return KafkaEosFileDataSource({"path": str(self.path), "fileFormat": "jsonl",
-                                       "commitTimeoutMs": str(self.commit_timeout_ms)})
+        opts = {"path": str(self.path), "fileFormat": "jsonl", "commitTimeoutMs": str(self.commit_timeout_ms)}
+        if checkpoint:
+            opts["checkpointLocation"] = checkpoint
+        return KafkaEosFileDataSource({**opts, **(extra or {})})
 
     def item(self, label: str, partition: int, offset: int) -> Any:
         return {"key": str(partition), "value": f"{label}:{partition}:{offset}"}
@@ -89,17 +93,20 @@ class FileSink:
 
 def other_sink(w: World, topic: str, writes: int) -> None:
     """A second sink's drivers on the same commit-log topic: each writes one decision; about
-    half die between the record and the commit, leaving their transaction open."""
+    half die between the record and the commit, leaving their transaction open (until their
+    writer's timeout: this version's 10 s, or an older version's librdkafka default, 60 s)."""
     sched = w.sched
+    timeout_ms = sched.rng().choice([10_000, 60_000])
     for i in range(writes):
         sched.sleep(sched.rng().uniform(0.5, 40.0))
         leave_open = sched.rng().random() < 0.5
 
         def write(i: int = i, leave_open: bool = leave_open) -> None:
-            producer = Producer("other.decisions", 60_000, "the other sink's decision writer")
-            producer.init()
+            producer = Producer("other.decisions", timeout_ms, "the other sink's decision writer")
+            if producer.init() != 0:
+                return
             value = json.dumps({"queryId": "other-query", "batchId": i, "state": "done", "transactions": []})
-            producer.produce(topic, 0, "other", value)
+            producer.produce(topic, 0, b"other|q:other-query", value.encode())
             if leave_open:
                 sched.log("the other sink's driver dies with its decision write open")
                 return

@@ -208,7 +208,7 @@ class StageRunner:
             for other in self._live(p):
                 # Spark kills the other attempts; the kill reaches some of them too late.
                 other.cancelled = True
-                if sched.rng().random() < 0.7:
+                if sched.rng().random() >= self.w.tuning.get("late_kill", 0.3):
                     sched.kill(other.actor, "(another attempt succeeded)")
             return
         if a.cancelled or p in self.results:
@@ -227,7 +227,8 @@ class StageRunner:
         rng = self.w.sched.rng()
         running = [p for p in range(len(self.tasks)) if p not in self.results and self._live(p)]
         missing = [p for p in range(len(self.tasks)) if p not in self.results]
-        if running and rng.random() < 0.5:
+        event = self.w.tuning.get("spark_event") or ("speculation" if running and rng.random() < 0.5 else "stage")
+        if event == "speculation" and running:
             p = rng.choice(running)
             self._launch(p, "speculative copy")
             return

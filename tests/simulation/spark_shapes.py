@@ -5,15 +5,20 @@ each start it re-runs the last batch of the offset log that has no commit-log en
 with the same offsets, else plans the next; per batch the planner builds the writer
 (``streamWriter()``) and pickles it for the tasks (the sink's recovery runs there), the
 tasks write, and a *fresh* writer's ``commit(messages, batch)`` runs (or ``abort`` with
-the same messages when the job or the commit failed); then ``commits/N``. With
+the same messages when the job or the commit failed); then ``commits/N``. Every job of a
+driver run carries Spark's local properties (the query id, the micro-batch id, and the
+run id, a new one per start, in the job description and the job group). With
 ``foreach_writes`` the query is ``foreachBatch`` instead: its function runs that many
-``df.write`` jobs per micro-batch, whose tasks carry the stream's local properties.
+``df.write`` jobs per micro-batch; classic ``foreachBatch`` runs them with the stream's
+local properties, Spark Connect's (``foreach="connect"``) without them, so each write
+names itself with ``txnAppId``/``txnVersion`` (the micro-batch id).
 
 The query's supervisor (the user, or a cluster manager) restarts a failed or crashed
 driver after a delay, with a new number of write tasks; a driver that stalled is
 presumed dead after its heartbeat timeout and replaced, and comes back later (a zombie
 driver). A batch job (:class:`BatchJob`) is ``df.write``: the planner's pickled writer
-commits or aborts; nobody restarts it.
+commits or aborts (on an unpickled copy, as PySpark's commit worker does); nobody
+restarts it, unless the user does (a ``txnAppId`` write run again).
 """
 
 from __future__ import annotations
@@ -24,29 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionLostError
-from kafka_eos_tools.faults import InjectedFault
-from tests.simulation.faults import CRASH, SLOW, STALL
+from kafka_eos_ds.twophase.identity import Kind, WriteId
 from tests.simulation.invariants import Oracle
-from tests.simulation.scheduler import Actor, Crash, StepLimit
-from tests.simulation.spark_model import SCHEMA, Checkpoint, ConcurrentUpdate, JobFailed, StageRunner, TaskFailure
+from tests.simulation.scheduler import Actor
+from tests.simulation.spark_jobs import DRIVER, BatchJob, unexpected
+from tests.simulation.spark_model import SCHEMA, Checkpoint, JobFailed, StageRunner
 from tests.simulation.world import World
 
-DRIVER = (CRASH, STALL, SLOW)
-EXPECTED_ERRORS = (KafkaEosError, TaskFailure, JobFailed, ConcurrentUpdate, InjectedFault)
-MAX_RUNS = 14
-
-
-def unexpected(oracle: Oracle, who: str, error: BaseException) -> bool:
-    """Record an error outside the product's tree (and the simulation's own); True if so."""
-    if getattr(error, "_sim_seen", False):
-        return True
-    if isinstance(error, (Crash, StepLimit) + EXPECTED_ERRORS):
-        if isinstance(error, JobFailed) and error.__cause__ is not None:
-            return unexpected(oracle, who, error.__cause__)
-        return False
-    oracle.fail("unexpected-error", f"{who}: {type(error).__name__}: {error}")
-    error._sim_seen = True  # type: ignore[attr-defined]
-    return True
+MAX_RUNS = 14  # driver runs of a query before it counts as stuck
 
 
 @dataclass
@@ -58,6 +48,7 @@ class StreamQuery:
     counts: list               # input records per input partition
     max_per_trigger: int
     foreach_writes: int = 0    # > 0: foreachBatch running that many df.write per micro-batch
+    foreach: str = "classic"   # classic (the stream's local properties reach the writes) | connect
     label: str = ""            # the outputs' label (default: the name)
     start: Optional[list] = None  # where the first batch starts (startingOffsets); default 0
     tasks: Optional[int] = None   # write tasks per batch (default: drawn per driver run)
@@ -67,16 +58,16 @@ class StreamQuery:
     stage_ids: int = 0
     run_no: int = 0
     delays: tuple = (0.05, 0.5, 2.0, 10.0, 45.0, 130.0)  # seconds before a restart, drawn per restart
+    check_leftovers: bool = True  # the left-open rule when the query finishes
 
     def __post_init__(self) -> None:
         self.label = self.label or self.name
         self.query_id = str(self.w.uuid4())
         self.checkpoint = Checkpoint(self.w.root / f"checkpoint-{self.name}", self.query_id)
-        if hasattr(self.sink, "checkpoint") and not self.foreach_writes:
-            self.sink.checkpoint = str(self.checkpoint.path)  # df.write inside foreachBatch has none
+        self.run_id = ""
 
     def labels(self) -> list[str]:
-        return [f"fb{j}" for j in range(self.foreach_writes)] if self.foreach_writes else [self.label]
+        return [f"{self.label}.fb{j}" for j in range(self.foreach_writes)] if self.foreach_writes else [self.label]
 
     def expected(self) -> set:
         first = self.start or [0] * len(self.counts)
@@ -146,8 +137,13 @@ class StreamQuery:
                            start=start, tasks=self.tasks)
 
     def on_finished(self) -> None:
-        if getattr(self.sink, "kind", "") == "kafka":
+        if getattr(self.sink, "kind", "") != "kafka" or not self.check_leftovers:
+            return
+        if not self.foreach_writes:
             self.oracle.check_no_leftovers(self.sink.prefix)
+        elif self.foreach == "classic":
+            writer = WriteId(Kind.FOREACH, self.query_id, 0, run="")
+            self.oracle.check_no_leftovers(self.sink.prefix, writer.families, writer.writer)
 
     # -- one driver run ----------------------------------------------------------------
 
@@ -156,14 +152,16 @@ class StreamQuery:
         n_tasks = self.tasks or sched.rng().randint(1, len(self.counts))
         me = sched.current
         assert me is not None
-        sched.point("spark:start", f"{self.name} run {run}: {n_tasks} write task(s)", DRIVER)
+        run_id = str(self.w.uuid4())  # StreamExecution's runId: new on every start
+        self.run_id = run_id
+        sched.point("spark:start", f"{self.name} run {run} (runId {run_id[:8]}): {n_tasks} write task(s)", DRIVER)
         batch = ck.latest("offsets")
         if batch < 0 or ck.has_commit(batch):
             batch += 1
             if not self._plan(batch):
                 return "finished"
         while True:
-            self._run_batch(batch, n_tasks, me)
+            self._run_batch(batch, n_tasks, me, run_id)
             sched.point("spark:commit-log", f"commits/{batch}", DRIVER)
             ck.add_commit(batch)
             batch += 1
@@ -193,14 +191,25 @@ class StreamQuery:
             tasks[p % n_tasks] += [self.sink.item(label, p, o) for o in range(s, e)]
         return tasks
 
-    def _run_batch(self, batch: int, n_tasks: int, me: Actor) -> None:
-        props = {"sql.streaming.queryId": self.query_id, "streaming.sql.batchId": str(batch)}
+    def properties(self, batch: int, run_id: str) -> dict:
+        """The local properties of every job the stream runs for micro-batch ``batch``
+        (MicroBatchExecution: the query and batch ids; StreamExecution: the job group and
+        the description, both naming the run)."""
+        return {"sql.streaming.queryId": self.query_id, "streaming.sql.batchId": str(batch),
+                "spark.jobGroup.id": run_id,
+                "spark.job.description": f"{self.name}\nid = {self.query_id}\nrunId = {run_id}\nbatch = {batch}"}
+
+    def _run_batch(self, batch: int, n_tasks: int, me: Actor, run_id: str) -> None:
+        props = self.properties(batch, run_id)
         if self.foreach_writes:
-            for j in range(self.foreach_writes):
-                BatchJob(self.w, self.oracle, f"{me.name}.b{batch}.w{j}", self.sink, [], n_tasks, f"fb{j}",
-                         props, tasks=self._tasks(f"fb{j}", batch, n_tasks)).run_in(me)
+            for j, label in enumerate(self.labels()):
+                own, extra = props, {}
+                if self.foreach == "connect":  # Spark Connect: the writes run without the stream's properties
+                    own, extra = {}, {"txnAppId": f"{self.name}-w{j}", "txnVersion": str(batch)}
+                BatchJob(self.w, self.oracle, f"{me.name}.b{batch}.w{j}", self.sink, [], n_tasks, label,
+                         own, tasks=self._tasks(label, batch, n_tasks), options=extra).run_in(me)
             return
-        ds = self.sink.data_source()
+        ds = self.sink.data_source(checkpoint=str(self.checkpoint.path))
         planner = ds.streamWriter(SCHEMA, False)
         self.w.sched.point("spark:plan", f"batch {batch}: pickle the writer for the tasks", DRIVER)
         blob = pickle.dumps(planner)
@@ -227,78 +236,3 @@ class StreamQuery:
         except Exception as exc:  # Spark logs it and rethrows the original failure
             unexpected(self.oracle, "abort", exc)
             self.w.sched.log(f"abort failed: {type(exc).__name__}: {exc}")
-
-
-@dataclass
-class BatchJob:
-    """``df.write.format(...).mode("append").save()`` of ``rows`` (or of ``tasks`` as given)."""
-
-    w: World
-    oracle: Oracle
-    name: str
-    sink: Any
-    rows: list            # (input partition, offset) pairs
-    n_tasks: int
-    label: str
-    properties: dict = field(default_factory=dict)
-    tasks: Optional[list] = None
-    outcome: str = "not run"
-
-    def values(self) -> set:
-        return {f"{self.label}:{p}:{o}" for p, o in self.rows}
-
-    def _split(self) -> list[list]:
-        tasks: list[list] = [[] for _ in range(self.n_tasks)]
-        for p, o in self.rows:
-            tasks[p % self.n_tasks].append(self.sink.item(self.label, p, o))
-        return tasks
-
-    def run(self) -> str:
-        """The job's driver (an actor of its own)."""
-        me = self.w.sched.current
-        assert me is not None
-        self.run_in(me)
-        return "ok"
-
-    def run_in(self, me: Actor) -> None:
-        sched = self.w.sched
-        ds = self.sink.data_source(batch=True)
-        planner = ds.writer(SCHEMA, False)
-        sched.point("spark:plan", f"{self.name}: pickle the writer for the tasks", DRIVER)
-        blob = pickle.dumps(planner)
-        stage = StageRunner(self.w, self.name, blob, self.tasks if self.tasks is not None else self._split(),
-                            self.properties, 1, me)
-        me.on_death.append(stage.cancel_all)
-        try:
-            messages = stage.run()
-        except JobFailed as exc:
-            self._abort(blob, exc.messages)
-            raise
-        sched.point("spark:commit", f"{self.name}: the planner's writer commits", DRIVER)
-        try:
-            pickle.loads(blob).commit(messages)
-        except Exception:
-            self._abort(blob, messages)
-            raise
-
-    def _abort(self, blob: bytes, messages: list) -> None:
-        self.w.sched.point("spark:abort", f"{self.name}: the planner's writer aborts", DRIVER)
-        try:
-            pickle.loads(blob).abort(messages)
-        except Exception as exc:
-            unexpected(self.oracle, "abort", exc)
-            self.w.sched.log(f"abort failed: {type(exc).__name__}: {exc}")
-
-    def supervise(self) -> None:
-        """Run the job once (nobody retries a df.write) and record how it ended; a driver
-        that stalls is waited for (the job's caller waits for its answer)."""
-        sched = self.w.sched
-        actor = sched.spawn(self.name, self.run, "driver")
-        sched.wait_until(lambda: actor.done)
-        if actor.error is None:
-            self.outcome = "ok"
-            return
-        unexpected(self.oracle, actor.name, actor.error)
-        if isinstance(actor.error, TransactionLostError):
-            self.oracle.lost_claim(actor.error)
-        self.outcome = f"failed: {type(actor.error).__name__}"

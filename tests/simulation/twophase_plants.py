@@ -5,24 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 from kafka_eos_ds.twophase.protocol import DECIDED
-from tests.simulation import adapters
 
 
 def undurable_decisions(monkeypatch: Any) -> None:
     """A decision log whose 'decided' records never reach the log: the commits that follow
     have no durable decision behind them."""
-    write = adapters.ModelDecisionLog.write
+    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 
-    def write_done_only(self: Any, decision: Any) -> None:
+    write = KafkaDecisionLog.write
+
+    def write_done_only(self: Any, key: str, decision: Any) -> None:
         if decision.state != DECIDED:
-            write(self, decision)
+            write(self, key, decision)
 
-    monkeypatch.setattr(adapters.ModelDecisionLog, "write", write_done_only)
+    monkeypatch.setattr(KafkaDecisionLog, "write", write_done_only)
 
 
 def forgetful_log(monkeypatch: Any) -> None:
     """A decision log that reads nothing back: a restart decides a decided batch anew."""
-    monkeypatch.setattr(adapters.ModelDecisionLog, "latest", lambda self: None)
+    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+
+    monkeypatch.setattr(KafkaDecisionLog, "latest", lambda self, key: None)
+    monkeypatch.setattr(KafkaDecisionLog, "latest_of", lambda self, kind: None)
+    monkeypatch.setattr(KafkaDecisionLog, "unfinished", lambda self, kind: [])
 
 
 def sweepless_committer(monkeypatch: Any) -> None:

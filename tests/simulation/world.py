@@ -30,6 +30,10 @@ class World:
         self.cluster = Cluster(self.clock, **cluster)
         self.root = root
         self.checks: list[Callable[[], None]] = []
+        # Knobs a directed schedule sets to make one outcome certain: "late_kill" (the
+        # chance a kill reaches a losing task attempt too late, default 0.3),
+        # "spark_event" ("speculation" or "stage": what a Spark-level fault is).
+        self.tuning: dict[str, Any] = {}
         self.listings: list[tuple[int, Optional[str]]] = []
         self.sched = Scheduler(seed, self.clock, plan, tick=self.cluster.tick, check=self._check,
                                max_steps=max_steps, switch_hook=self._switch)

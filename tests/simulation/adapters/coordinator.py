@@ -1,117 +1,163 @@
-"""THIN ADAPTER for ``kafka_eos_ds.kafka.coordinator.TransactionCoordinator`` (kafka-python
-requests for another process's transactions): the real ``KafkaTransactions`` and
-``commit_outcome`` run on it."""
+"""THIN ADAPTER under ``kafka_eos_ds.kafka.coordinator.TransactionCoordinator``: the real class
+runs, built with :class:`ModelAdmin` as its ``admin_factory`` (kafka-python's
+``KafkaAdminClient``: DescribeTransactions, ListTransactions, OffsetFetch, OffsetCommit)
+and :class:`ModelChannel` as its ``channel_factory`` (requests to a coordinator: EndTxn,
+InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, read from kafka-python's own request
+objects). So the real fence loop, error mapping, id filtering and ``KafkaTransactions`` /
+``commit_outcome`` run on the model's answers.
+
+What a moving coordinator does to each call, as kafka-python shows it: a request's answer
+carries NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS (the real class forgets the cached
+coordinator and the caller retries); the admin calls raise the matching retriable error.
+A lost request or answer raises ``KafkaTimeoutError`` (after the request took effect, for
+a lost answer).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+import functools
+from types import SimpleNamespace
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
-from kafka_eos_ds.kafka.coordinator import OPEN_STATES, TxnState
+import kafka.errors as kerrors
+
 from tests.simulation import world as sim
-from tests.simulation.adapters.requests import RETRIABLE, raise_for, request
+from tests.simulation.adapters.requests import request
 from tests.simulation.model import errors as e
 from tests.simulation.model.logs import OFFSETS_TOPIC
 
 
-def _txn_state(view: Any) -> TxnState:
-    return TxnState(view.transactional_id, view.state.value, view.producer_id, view.epoch, view.start_ms,
-                    view.timeout_ms)
+def _moving(code: int) -> Any:
+    """What kafka-python raises from an admin call while the coordinator moves (retriable)."""
+    raise kerrors.for_code(code)(f"coordinator moving (simulated): {e.name(code)}")
 
 
-class ModelTransactionCoordinator:
-    """``kafka_eos_ds.kafka.coordinator.TransactionCoordinator`` on the model cluster."""
+def _answer(code: int, **fields: Any) -> SimpleNamespace:
+    return SimpleNamespace(error_code=code, **fields)
 
-    def __init__(self, conf: Mapping[str, Any]) -> None:
+
+class ModelChannel:
+    """``kafka_eos_ds.kafka.kafka_python.CoordinatorChannel`` on the model: one request, one answer."""
+
+    def __init__(self, admin: Any) -> None:
         self.world = sim.world()
         self.tc = self.world.cluster.coordinator
 
-    def close(self) -> None:
+    def forget(self, key: str, *, group: bool) -> None:
         pass
 
-    def __enter__(self) -> "ModelTransactionCoordinator":
-        return self
+    def api_version(self, request_class: Any) -> int:
+        return 2  # ListTransactions v2 (KIP-1152): the brokers filter by id pattern
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
-        what = "commit" if commit else "abort"
-        return request("EndTxn", f"{transactional_id} pid {producer_id} e{epoch} {what}",
-                        lambda: self._log(self.tc.end_txn(transactional_id, producer_id, epoch, commit)),
-                        unavailable=lambda code: code)
+    def send(self, key: str, req: Any, *, group: bool) -> Any:
+        name = type(req).__name__.removesuffix("Request")
+        handler: Callable[[Any], Any] = getattr(self, "_" + name)
+        return handler(req)
 
     def _log(self, code: int) -> int:
         if code != e.NONE:
             self.world.sched.log(f"  -> {e.name(code)}")
         return code
 
-    def fence(self, transactional_id: str, transaction_timeout_ms: int, *, timeout_s: float = 60.0) -> None:
-        """InitProducerId until it succeeds, as the real fence (CONCURRENT_TRANSACTIONS while the
-        abort it caused completes), with backoff on the virtual clock."""
-        deadline = self.world.clock.monotonic() + timeout_s
-        delay = 0.02
-        while True:
-            try:
-                code = request("InitProducerId", f"{transactional_id} (fence)",
-                                lambda: self._log(self.tc.init_producer_id(transactional_id,
-                                                                           transaction_timeout_ms)[0]),
-                                unavailable=lambda c: c)
-            except KafkaClientError:
-                code = -1
-            if code == e.NONE:
-                return
-            if code == e.INVALID_TRANSACTION_TIMEOUT:
-                raise ConfigError(f"The broker refused transaction timeout {transaction_timeout_ms} ms.")
-            if code not in RETRIABLE and code != -1:
-                raise TransactionError(f"Could not abort the open transaction of {transactional_id}: {e.name(code)}")
-            if self.world.clock.monotonic() >= deadline:
-                raise TransactionError(f"Could not abort the open transaction of {transactional_id} within "
-                                       f"{timeout_s:.0f}s (last: {e.name(code)})", retriable=True)
-            self.world.sched.sleep(delay)
-            delay = min(delay * 2, 1.0)
+    def _EndTxn(self, req: Any) -> Any:
+        tid, pid, epoch, commit = req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed)
+        code = request("EndTxn", f"{tid} pid {pid} e{epoch} {'commit' if commit else 'abort'}",
+                       lambda: self._log(self.tc.end_txn(tid, pid, epoch, commit)), unavailable=lambda c: c,
+                       lost=kerrors.KafkaTimeoutError)
+        return _answer(code)
 
-    def describe(self, transactional_id: str) -> Optional[TxnState]:
-        view = request("DescribeTransactions", transactional_id, lambda: self.tc.describe(transactional_id))
-        return None if view is None else _txn_state(view)
+    def _InitProducerId(self, req: Any) -> Any:
+        tid = req.transactional_id
+        code = request("InitProducerId", f"{tid} (fence)",
+                       lambda: self._log(self.tc.init_producer_id(tid, req.transaction_timeout_ms)[0]),
+                       unavailable=lambda c: c, lost=kerrors.KafkaTimeoutError)
+        return _answer(code)
 
-    def describe_many(self, transactional_ids: Sequence[str]) -> dict[str, Optional[TxnState]]:
-        ids = list(dict.fromkeys(transactional_ids))
-        if not ids:
-            return {}
-        views = request("DescribeTransactions", ", ".join(ids), lambda: {t: self.tc.describe(t) for t in ids})
-        return {t: (None if v is None else _txn_state(v)) for t, v in views.items()}
+    def _AddOffsetsToTxn(self, req: Any) -> Any:
+        tid = req.transactional_id
+        code = request("AddOffsetsToTxn", f"{tid} group {req.group_id}",
+                       lambda: self._log(self.tc.add_partitions(tid, req.producer_id, req.producer_epoch,
+                                                                [(OFFSETS_TOPIC, req.group_id)])),
+                       unavailable=lambda c: c, lost=kerrors.KafkaTimeoutError)
+        return _answer(code)
 
-    def list_transactions(self, id_regex: Optional[str] = None, open_only: bool = True) -> list[tuple[str, int, str]]:
+    def _TxnOffsetCommit(self, req: Any) -> Any:
+        tid, group = req.transactional_id, req.group_id
+        flat = {(t.name, int(p.partition_index)): int(p.committed_offset) for t in req.topics for p in t.partitions}
+        code = request("TxnOffsetCommit", f"{tid} group {group} {flat}",
+                       lambda: self._log(self.world.cluster.txn_offset_commit(tid, req.producer_id,
+                                                                              req.producer_epoch, group, flat)),
+                       unavailable=lambda c: c, lost=kerrors.KafkaTimeoutError)
+        return _answer(e.NONE, topics=[SimpleNamespace(name=t.name, partitions=[
+            SimpleNamespace(partition_index=p.partition_index, error_code=code) for p in t.partitions])
+            for t in req.topics])
+
+
+class ModelAdmin:
+    """kafka-python's ``KafkaAdminClient`` (the calls the coordinator class makes) on the model."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.world = sim.world()
+        self.tc = self.world.cluster.coordinator
+
+    def close(self) -> None:
+        pass
+
+    def _call(self, label: str, detail: str, apply: Callable[[], Any]) -> Any:
+        return request(label, detail, apply, unavailable=_moving, lost=kerrors.KafkaTimeoutError)
+
+    def describe_transactions(self, transactional_ids: Sequence[str]) -> Mapping[str, Any]:
+        ids = list(transactional_ids)
+
+        def described() -> dict[str, Any]:
+            views = {t: self.tc.describe(t) for t in ids}
+            missing = [t for t, v in views.items() if v is None]
+            if missing:
+                raise kerrors.TransactionalIdNotFoundError(
+                    f"DescribeTransactionsRequest failed for transactional id '{missing[0]}'.")
+            return {t: SimpleNamespace(state=v.state.value, producer_id=v.producer_id, producer_epoch=v.epoch,
+                                       transaction_timeout_ms=v.timeout_ms, transaction_start_time_ms=v.start_ms)
+                    for t, v in views.items()}
+
+        return self._call("DescribeTransactions", ", ".join(ids), described)
+
+    def list_transactions(self, state_filters: Any = None,
+                          transactional_id_pattern: Optional[str] = None) -> Mapping[Any, Any]:
         from tests.simulation.model.coordinator import TxnState as S
 
-        states = [S(s.value) for s in OPEN_STATES if s.value in S._value2member_map_] if open_only else None
+        states = [S(str(s)) for s in state_filters if str(s) in S._value2member_map_] \
+            if state_filters is not None else None
 
-        def listed() -> list[tuple[str, int, str]]:
-            self.world.on_listing(id_regex)
-            return [(tid, pid, state.value) for tid, pid, state in self.tc.list_transactions(states, id_regex)]
+        def listed() -> dict[int, list]:
+            self.world.on_listing(transactional_id_pattern)
+            return {1: [SimpleNamespace(transactional_id=tid, producer_id=pid, state=state.value)
+                        for tid, pid, state in self.tc.list_transactions(states, transactional_id_pattern)]}
 
-        return request("ListTransactions", id_regex or "", listed)
+        return self._call("ListTransactions", transactional_id_pattern or "", listed)
 
-    def send_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
-                     offsets: Mapping[str, Mapping[str, int]]) -> None:
-        code = request("AddOffsetsToTxn", f"{transactional_id} group {group_id}",
-                        lambda: self.tc.add_partitions(transactional_id, producer_id, epoch,
-                                                       [(OFFSETS_TOPIC, group_id)]), unavailable=lambda c: c)
-        raise_for(code, f"AddOffsetsToTxn({transactional_id}, group {group_id!r})")
-        flat = {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
-        code = request("TxnOffsetCommit", f"{transactional_id} group {group_id} {flat}",
-                        lambda: self.world.cluster.txn_offset_commit(transactional_id, producer_id, epoch, group_id,
-                                                                     flat), unavailable=lambda c: c)
-        raise_for(code, f"TxnOffsetCommit({transactional_id}, group {group_id!r})")
+    def list_group_offsets(self, group_id: str) -> Mapping[str, Any]:
+        from kafka.structs import OffsetAndMetadata, TopicPartition
 
-    def commit_offsets(self, group_id: str, offsets: Mapping[str, Mapping[str, int]]) -> None:
-        flat = {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
-        request("OffsetCommit", f"group {group_id} {flat}", lambda: self.world.cluster.groups.commit(group_id, flat))
+        def fetched() -> dict[str, Any]:
+            found = self.world.cluster.groups.offsets(group_id)
+            return {group_id: {TopicPartition(t, p): OffsetAndMetadata(o, "", None) for (t, p), o in found.items()}}
 
-    def group_offsets(self, group_id: str) -> dict[str, dict[str, int]]:
-        found = request("OffsetFetch", f"group {group_id}", lambda: self.world.cluster.groups.offsets(group_id))
-        out: dict[str, dict[str, int]] = {}
-        for (topic, partition), offset in sorted(found.items()):
-            out.setdefault(topic, {})[str(partition)] = offset
-        return out
+        return self._call("OffsetFetch", f"group {group_id}", fetched)
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[Any, Any]) -> Mapping[Any, Any]:
+        flat = {(tp.topic, int(tp.partition)): int(meta.offset) for tp, meta in offsets.items()}
+
+        def committed() -> dict[Any, Any]:
+            self.world.cluster.groups.commit(group_id, flat)
+            return {tp: kerrors.NoError for tp in offsets}
+
+        return self._call("OffsetCommit", f"group {group_id} {flat}", committed)
+
+
+def transaction_coordinator() -> Callable[..., Any]:
+    """The product's ``TransactionCoordinator`` class, built on the model's client and channel."""
+    from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+
+    return functools.partial(TransactionCoordinator, admin_factory=ModelAdmin, channel_factory=ModelChannel)
+
+

@@ -19,13 +19,22 @@ NETWORK = PROCESS + (LOSE, DROP)
 RETRIABLE = (e.REQUEST_TIMED_OUT, e.CONCURRENT_TRANSACTIONS) + e.UNAVAILABLE
 
 
+def _timed_out(text: str) -> Exception:
+    return KafkaClientError(text, retriable=True)
+
+
 def request(label: str, detail: str, apply: Callable[[], Any], *, coordinator: bool = True,
-            allow: Sequence[str] = NETWORK, unavailable: Any = None) -> Any:
-    """One request: a step, then the model's answer (or what a moving coordinator says)."""
+            allow: Sequence[str] = NETWORK, unavailable: Any = None,
+            lost: Callable[[str], Exception] = _timed_out) -> Any:
+    """One request: a step, then the model's answer (or what a moving coordinator says).
+
+    ``unavailable(code)``: the answer while the coordinator moves (it may raise); None
+    raises a retriable KafkaClientError. ``lost(text)``: the exception the client raises
+    for a lost request or answer."""
     w = sim.world()
     fault = w.sched.point("kafka:" + label, detail, allow)
     if fault is not None and fault.kind == DROP:
-        raise KafkaClientError(f"{label} failed: request timed out (simulated)", retriable=True)
+        raise lost(f"{label} failed: request timed out (simulated)")
     if coordinator and w.cluster.coordinator_error() != e.NONE:
         code = w.cluster.coordinator_error()
         if unavailable is None:
@@ -33,10 +42,5 @@ def request(label: str, detail: str, apply: Callable[[], Any], *, coordinator: b
         return unavailable(code)
     answer = apply()
     if fault is not None and fault.kind == LOSE:
-        raise KafkaClientError(f"{label}: the answer was lost (simulated); it took effect", retriable=True)
+        raise lost(f"{label}: the answer was lost (simulated); it took effect")
     return answer
-
-
-def raise_for(code: int, what: str) -> None:
-    if code != e.NONE:
-        raise KafkaClientError(f"{what} failed: {e.name(code)}", retriable=code in RETRIABLE)

@@ -75,14 +75,15 @@ class Cluster:
     # -- data path -----------------------------------------------------------
 
     def produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int,
-                key: Optional[str], value: Any) -> int:
+                key: Optional[Any], value: Any) -> int:
         """A transactional producer's append: verified with the coordinator (KIP-890
         part 1: the partition must be in its ongoing transaction), then epoch-checked by
         the partition."""
         code = self.coordinator.verify_partition(transactional_id, producer_id, epoch, (topic, partition))
         if code != errors.NONE:
             return code
-        return self.logs[(topic, partition)].append(key, value, producer_id, epoch, transactional=True)
+        return self.logs[(topic, partition)].append(key, value, producer_id, epoch, transactional=True,
+                                                    timestamp=self.clock.now_ms)
 
     def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group: str,
                           offsets: dict[tuple[str, int], int]) -> int:

@@ -36,12 +36,13 @@ class Record:
     """One entry of a partition: a data record or a control marker."""
 
     offset: int
-    key: Optional[str]
+    key: Optional[Any]             # str, or bytes from a client that sends bytes
     value: Any
     producer_id: int = -1
     epoch: int = -1
     txn: Optional[int] = None      # serial of the transaction a transactional record belongs to
     control: Optional[str] = None  # "COMMIT" / "ABORT" for a marker
+    timestamp: int = -1            # CreateTime, ms (the producer's clock: the shared virtual one)
 
 
 class PartitionLog:
@@ -65,8 +66,8 @@ class PartitionLog:
     def open_producers(self) -> list[int]:
         return sorted(self._open)
 
-    def append(self, key: Optional[str], value: Any, producer_id: int = -1, epoch: int = -1,
-               transactional: bool = False) -> int:
+    def append(self, key: Optional[Any], value: Any, producer_id: int = -1, epoch: int = -1,
+               transactional: bool = False, timestamp: int = -1) -> int:
         """Append a data record; an error code, NONE when appended."""
         if producer_id >= 0 and epoch < self._epochs.get(producer_id, -1):
             return errors.INVALID_PRODUCER_EPOCH  # checkProducerEpoch
@@ -78,7 +79,7 @@ class PartitionLog:
                 self._serials += 1
                 self._open[producer_id] = (self._serials, len(self.records))
             txn = self._open[producer_id][0]
-        self.records.append(Record(len(self.records), key, value, producer_id, epoch, txn))
+        self.records.append(Record(len(self.records), key, value, producer_id, epoch, txn, None, timestamp))
         return errors.NONE
 
     def write_marker(self, producer_id: int, epoch: int, commit: bool) -> int:
