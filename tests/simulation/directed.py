@@ -24,6 +24,7 @@ from tests.simulation.directed_streams import (
     zombie_recovery_carry,
 )
 from tests.simulation.directed_writes import (
+    app_retry_after_decision,
     concurrent_batch_jobs,
     file_zombie_decision,
     file_zombie_rename,
@@ -52,6 +53,9 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                             "AddOffsetsToTxn meets a fenced epoch); see zombie-recovery-carry"),
     "concurrent-batch-jobs": (concurrent_batch_jobs, set(),
                               "fixed: two df.write jobs on one prefix shared transactional ids"),
+    "app-retry-after-decision": (app_retry_after_decision, set(),
+                                 "a txnAppId write that died after its decision, run again by its user: finished, "
+                                 "nothing added"),
     "abandon-before-log": (abandon_before_log, set(),
                            "fixed: abandoning fenced before recording 'abandoned'; a crash between the two steps "
                            "(now record, then fence) leaves the next driver going on"),
@@ -92,7 +96,9 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                                "its rows are lost, silently"),
     "finish-jobs-forget": (finish_jobs_forget, {"partial", "decided-not-visible"},
                            "a df.write that finishes another job's decision and fails part-way (a transient error) "
-                           "drops that job's record all the same: nobody finishes the rest, silently"),
+                           "drops that job's record all the same: nobody finishes the rest, silently (in the "
+                           "randomized shapes also a job still committing, whose abort then no longer sees its "
+                           "own decision and fences its decided transactions)"),
     "foreach-file-zombie": (foreach_file_zombie, {"duplicate"},
                             "foreachBatch into the file sink: a zombie driver records its write of a micro-batch "
                             "done over the newer driver's decision, then runs the micro-batch's next write again: "

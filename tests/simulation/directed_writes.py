@@ -163,3 +163,31 @@ def file_zombie_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenar
 
     return Scenario(q.supervise, lambda: check_stream(w, oracle, q),
                     lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
+def app_retry_after_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """A df.write with txnAppId/txnVersion dies after committing the first of its two
+    transactions (its decision is durable); its user runs it again with the same options,
+    which finishes the decided write and adds nothing; then the next version."""
+    w.plan.script = [Fault("v0.run0", "fault:driver-after-first-commit", 1, CRASH)]
+    sink = KafkaSink(out_partitions=1)
+    sink.setup(w, oracle)
+    rows = {0: [(0, 0), (1, 0)], 1: [(0, 1)]}
+    runs = [BatchJob(w, oracle, f"v{v}.run{r}", sink, rows[v], 2, f"v{v}", options={"txnAppId": "etl",
+                                                                                  "txnVersion": str(v)})
+            for v, r in ((0, 0), (0, 1), (1, 0))]
+
+    def main() -> None:
+        for job in runs:
+            job.supervise()
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {"v0": runs[0].values(), "v1": runs[2].values()},
+                             {"v0": runs[1].outcome == "ok", "v1": runs[2].outcome == "ok"})
+        oracle.check_decided()
+        if runs[1].outcome != "ok" or runs[2].outcome != "ok":
+            oracle.fail("stuck", f"a run after the failure failed: {runs[1].outcome}, {runs[2].outcome}")
+
+    return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in runs))
+
