@@ -1,0 +1,106 @@
+"""Directed schedules: the interleavings that broke the protocol, each set up on purpose.
+
+Each builds a scenario whose faults are scripted (by actor, step label and occurrence,
+so they land in the same place whatever the seed), leaving only the interleaving of the
+other actors to the seed. ``test_simulation.py`` runs each over several seeds. The table
+:data:`DIRECTED` lists them: those of defects fixed are regression tests, the others the
+defects known today (:mod:`.directed_streams`, :mod:`.directed_writes`).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from tests.simulation.directed_streams import (
+    abandon_before_log,
+    checkpoint_lost_idle,
+    expired_id_after_commit,
+    shared_prefix,
+    stale_commit_log_read,
+    zombie_driver_carry,
+    zombie_driver_recovery,
+    zombie_driver_sweep,
+    zombie_recovery_carry,
+)
+from tests.simulation.directed_writes import (
+    app_retry_after_decision,
+    concurrent_batch_jobs,
+    file_zombie_decision,
+    file_zombie_rename,
+    finish_jobs_forget,
+    foreach_batch,
+    foreach_file_zombie,
+    foreach_zombie_ordinal,
+    stage_retry_same_id,
+)
+from tests.simulation.invariants import Oracle
+from tests.simulation.scenario import Scenario
+from tests.simulation.world import World
+
+# name -> (builder, the rules it breaks today, what it sets up). A schedule whose defect is
+# fixed stays as a regression test (no rules): it must keep the guarantee on every seed.
+DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], set, str]] = {
+    "foreach-batch-writes": (foreach_batch, set(),
+                             "fixed: df.write inside foreachBatch committed only the stream's first write"),
+    "shared-prefix-done-mark": (shared_prefix, set(),
+                                "fixed: a df.write's decision on the stream's prefix erased the stream's done mark"),
+    "stale-commit-log-read": (stale_commit_log_read, set(),
+                              "fixed: another sink's open decision write hid newer decisions (the reader now waits "
+                              "for the last stable offset; the step fails retriably until the broker aborts it)"),
+    "zombie-driver-carry": (zombie_driver_carry, set(),
+                            "fixed at commit (the progress is attached before the decision, so a late "
+                            "AddOffsetsToTxn meets a fenced epoch); see zombie-recovery-carry"),
+    "concurrent-batch-jobs": (concurrent_batch_jobs, set(),
+                              "fixed: two df.write jobs on one prefix shared transactional ids"),
+    "app-retry-after-decision": (app_retry_after_decision, set(),
+                                 "a txnAppId write that died after its decision, run again by its user: finished, "
+                                 "nothing added"),
+    "abandon-before-log": (abandon_before_log, set(),
+                           "fixed: abandoning fenced before recording 'abandoned'; a crash between the two steps "
+                           "(now record, then fence) leaves the next driver going on"),
+    "zombie-driver-recovery": (zombie_driver_recovery, {"decided-fenced", "false-lost"},
+                               "a driver that read the log, stalled and came back fences (recovery) the open "
+                               "transactions of a batch a newer driver decided meanwhile: that batch is lost; the "
+                               "committed ones it fenced after their commit are then reported lost too"),
+    "zombie-driver-sweep": (zombie_driver_sweep, {"decided-fenced", "false-lost"},
+                            "a driver that stalled after committing batch 0 comes back and sweeps the sink's open "
+                            "transactions (its post-commit sweep, then Spark's abort once its 'done' write is "
+                            "fenced): a batch a newer driver decided meanwhile is lost"),
+    "zombie-recovery-carry": (zombie_recovery_carry, {"progress"},
+                              "a recovery that re-attaches a decided batch's progress stalls before AddOffsetsToTxn; "
+                              "back after a newer driver committed the batch, its AddOffsetsToTxn opens a new "
+                              "transaction under the still-current epoch and commits: the group's offsets go back"),
+    "checkpoint-lost-idle": (checkpoint_lost_idle, {"lost", "decided-not-visible", "left-open"},
+                             "after a lost checkpoint, a decided batch whose first transaction committed is "
+                             "finished only by the recovery of the new query's first batch: with no new input "
+                             "within the transaction timeout, the rest is lost, silently"),
+    "expired-id-after-commit": (expired_id_after_commit, {"false-lost"},
+                                "a committed transaction whose id expired (or moved to a newer epoch) is "
+                                "classified lost: a fully committed batch fails every restart"),
+    "file-zombie-decision": (file_zombie_decision, {"commit-without-decision", "unexpected-error"},
+                             "a zombie driver overwrites its writer's decision.json with a stale decision; its "
+                             "post-commit sweep deletes the live batch's pending files (or the query stops on "
+                             "every restart: 'final file already exists')"),
+    "file-zombie-rename": (file_zombie_rename, {"unexpected-error"},
+                           "a zombie driver's commit rename fails with a raw FileNotFoundError"),
+    "stage-retry-same-id": (stage_retry_same_id, {"decided-fenced"},
+                            "a resubmitted stage's task starts again at attempt number 0, on the id an old stage "
+                            "attempt's task still uses: the later of the two to start its transaction aborts the "
+                            "other's, after the write's decision (every writer kind: the ids carry Spark's attempt "
+                            "number, which restarts per stage attempt)"),
+    "foreach-zombie-ordinal": (foreach_zombie_ordinal, {"lost"},
+                               "two drivers of one query in one micro-batch (a zombie and its replacement): the "
+                               "zombie records that it skipped a write the other committed; the other's next write "
+                               "reads that record, counts itself as the run's first write again, and skips itself: "
+                               "its rows are lost, silently"),
+    "finish-jobs-forget": (finish_jobs_forget, {"partial", "decided-not-visible"},
+                           "a df.write that finishes another job's decision and fails part-way (a transient error) "
+                           "drops that job's record all the same: nobody finishes the rest, silently (in the "
+                           "randomized shapes also a job still committing, whose abort then no longer sees its "
+                           "own decision and fences its decided transactions)"),
+    "foreach-file-zombie": (foreach_file_zombie, {"duplicate"},
+                            "foreachBatch into the file sink: a zombie driver records its write of a micro-batch "
+                            "done over the newer driver's decision, then runs the micro-batch's next write again: "
+                            "its rows are there twice"),
+}

@@ -1,0 +1,193 @@
+"""Directed schedules of batch writes and foreachBatch (Kafka sink and file sink), and of
+the file sink's zombie drivers (the table of all directed schedules: :mod:`.directed`)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from kafka_eos_ds.filesink.layout import writer_dir
+from tests.simulation.directed_streams import query, resume_when
+from tests.simulation.faults import CRASH, FAIL, SPARK, STALL, Fault
+from tests.simulation.invariants import Oracle
+from tests.simulation.scenario import Scenario, check_stream, cleanup_check, run_cleanup
+from tests.simulation.sinks import FileSink, KafkaSink
+from tests.simulation.spark_jobs import BatchJob
+from tests.simulation.world import World
+
+
+def foreach_batch(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """No fault at all: two df.write per micro-batch inside foreachBatch, three micro-batches."""
+    w.plan.script = []
+    q = query(w, oracle, KafkaSink(out_partitions=1), [3, 3], 1, foreach_writes=2)
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)
+
+
+def foreach_zombie_ordinal(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """foreachBatch with two df.write into the Kafka sink: the first driver stalls at its
+    commit of micro-batch 0's first write and is replaced; the new driver commits that
+    write; the old one comes back, finds the write committed by another run and records
+    that it skipped it (then dies); the new driver's second write reads that record."""
+    w.plan.script = [Fault("q.r0", "spark:commit", 1, STALL, 1_000_000),
+                     Fault("q.r0", "spark:plan", 2, CRASH)]
+    q = query(w, oracle, KafkaSink(out_partitions=1), [2], 2, foreach_writes=2, tasks=1)
+    q.delays = (0.5,)
+    resume_when(w, "q.r0", lambda: any(d.state.value == "done" and d.participants and d.write == 0
+                                        for d in oracle.decisions))
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)
+
+
+def foreach_file_zombie(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """foreachBatch with two df.write into the file sink: the first driver stalls after
+    committing the first file of micro-batch 0's first write, and is replaced; the new
+    driver runs both micro-batches to the end; the old one comes back, records its write
+    done (over the newer decision: the file sink has no fencing of a stale writer) and runs
+    the function's second write of micro-batch 0 again."""
+    w.plan.script = [Fault("q.r0", "fault:driver-after-first-commit", 1, STALL, 1_000_000)]
+    sink = FileSink(w.root / "out")
+    q = query(w, oracle, sink, [2], 1, foreach_writes=2, tasks=1)
+    q.delays = (0.5,)
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q),
+                    lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
+def concurrent_batch_jobs(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """Two df.write jobs on one transactionalIdPrefix: job0 stalls right after its decision
+    is durable; job1 starts then, and its tasks use the same transactional ids."""
+    w.plan.script = [Fault("job0", "fault:driver-after-decision", 1, STALL, 1_000_000)]
+    sink = KafkaSink(out_partitions=1)
+    sink.setup(w, oracle)
+    jobs = [BatchJob(w, oracle, f"job{i}", sink, [(0, 0), (0, 1)], 1, f"job{i}") for i in range(2)]
+    cleanup = [""]
+
+    def second() -> None:
+        w.sched.wait_until(lambda: bool(oracle.decisions))
+        jobs[1].supervise()
+
+    def main() -> None:
+        users = [w.sched.spawn("job0.user", jobs[0].supervise, "user"), w.sched.spawn("job1.user", second, "user")]
+        w.sched.wait_until(lambda: all(u.done for u in users))
+        cleanup[0] = run_cleanup(w, oracle, sink)
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+        oracle.check_decided()
+        cleanup_check(oracle, cleanup[0])
+
+    return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs) + f",cleanup {cleanup[0]}")
+
+
+def finish_jobs_forget(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """df.write job1 dies right after its decision; the next df.write on the prefix (job0)
+    finishes it at its own commit, and fails after committing the first of job1's two
+    transactions (a commit that times out); a last df.write runs after."""
+    w.plan.script = [Fault("job1", "fault:driver-after-decision", 1, CRASH),
+                     Fault("job0", "fault:commit-raise", 1, FAIL)]
+    sink = KafkaSink(out_partitions=1)
+    sink.setup(w, oracle)
+    jobs = [BatchJob(w, oracle, "job1", sink, [(0, 0), (1, 0)], 2, "job1"),
+            BatchJob(w, oracle, "job0", sink, [(0, 1)], 1, "job0")]
+    cleanup = [""]
+
+    def main() -> None:
+        for job in jobs:
+            job.supervise()
+        cleanup[0] = run_cleanup(w, oracle, sink)
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+        shown = {v for values in visible.values() for v in values}
+        oracle.check_atomic("job1", jobs[0].values(), shown)
+        oracle.check_decided()
+        cleanup_check(oracle, cleanup[0])
+
+    return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs) + f",cleanup {cleanup[0]}")
+
+
+def stage_retry_same_id(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """A df.write of one task: its stage is resubmitted (a FetchFailed) while the task runs,
+    and the new stage attempt's task starts again at attempt number 0, so both use the id
+    ``{prefix}:{family}-0-0``. The new one wins; the old one, which Spark does not kill (an
+    old stage attempt's tasks keep running), opens its transaction on that id after the
+    job's decision, before the driver committed it."""
+    w.tuning.update(spark_event="stage", late_kill=1.0)
+    w.plan.script = [Fault("job0.s0.p0.a0", "task:row", 1, STALL, 1_000_000),
+                     Fault("job0", "spark:stage", 1, SPARK),
+                     Fault("job0", "fault:driver-after-decision", 1, STALL, 40)]
+    sink = KafkaSink(out_partitions=1)
+    sink.setup(w, oracle)
+    job = BatchJob(w, oracle, "job0", sink, [(0, 0), (0, 1)], 1, "job0")
+    resume_when(w, "job0.s0.p0.a0", lambda: bool(oracle.decisions))
+    cleanup = [""]
+
+    def main() -> None:
+        job.supervise()
+        cleanup[0] = run_cleanup(w, oracle, sink)
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {"job0": job.values()}, {"job0": job.outcome == "ok"})
+        oracle.check_decided()
+
+    return Scenario(main, finals, outcome=lambda: job.outcome)
+
+
+def file_zombie_rename(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """File sink: the driver stalls just before renaming batch 0's pending file to its final
+    name and is replaced; the new driver's recovery renames it; the old one comes back."""
+    w.plan.script = [Fault("q.r0", "fs:rename", 1, STALL, 1_000_000)]
+    sink = FileSink(w.root / "out")
+    q = query(w, oracle, sink, [2], 1)
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q),
+                    lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
+def file_zombie_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """File sink: the driver stalls just before writing batch 0's decision and is replaced;
+    it comes back while the new driver commits batch 1, and writes its stale decision of
+    batch 0 over batch 1's (decision.json has no fencing of a stale writer)."""
+    w.plan.script = [Fault("q.r0", "fs:replace", 1, STALL, 1_000_000)]
+    sink = FileSink(w.root / "out")
+    q = query(w, oracle, sink, [3, 3], 1)
+
+    def deciding(batch: int) -> bool:
+        try:
+            d = json.loads((sink.path / "_kafka_eos" / writer_dir(f"q:{q.query_id}") / "decision.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return d["batchId"] == batch and d["state"] == "decided"
+
+    resume_when(w, "q.r0", lambda: deciding(1))
+
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q),
+                    lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
+def app_retry_after_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """A df.write with txnAppId/txnVersion dies after committing the first of its two
+    transactions (its decision is durable); its user runs it again with the same options,
+    which finishes the decided write and adds nothing; then the next version."""
+    w.plan.script = [Fault("v0.run0", "fault:driver-after-first-commit", 1, CRASH)]
+    sink = KafkaSink(out_partitions=1)
+    sink.setup(w, oracle)
+    rows = {0: [(0, 0), (1, 0)], 1: [(0, 1)]}
+    runs = [BatchJob(w, oracle, f"v{v}.run{r}", sink, rows[v], 2, f"v{v}", options={"txnAppId": "etl",
+                                                                                  "txnVersion": str(v)})
+            for v, r in ((0, 0), (0, 1), (1, 0))]
+
+    def main() -> None:
+        for job in runs:
+            job.supervise()
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {"v0": runs[0].values(), "v1": runs[2].values()},
+                             {"v0": runs[1].outcome == "ok", "v1": runs[2].outcome == "ok"})
+        oracle.check_decided()
+        if runs[1].outcome != "ok" or runs[2].outcome != "ok":
+            oracle.fail("stuck", f"a run after the failure failed: {runs[1].outcome}, {runs[2].outcome}")
+
+    return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in runs))
+

@@ -1,0 +1,212 @@
+"""The randomized shapes: what runs in a schedule, built from its seed, and what is
+checked after it. Each draws its sizes (input partitions and records, records per
+trigger, output partitions, task counts) and options from the seed.
+
+* ``stream``: a streaming query into the Kafka sink (one schedule in three with
+  ``sourceGroupId``, one in four with producer ids rotating early);
+* ``stream-file``: the same into the file sink;
+* ``stream-shared-log``: plus a second sink whose drivers die mid decision write on the
+  shared commit-log topic;
+* ``stream-long-outages``: restarts after minutes (past the transaction timeout and the
+  shortened id expiry);
+* ``stream-and-batch``: plus df.write jobs on the same ``transactionalIdPrefix``;
+* ``checkpoint-lost``: with ``sourceGroupId``, the checkpoint is lost after a failed run
+  and a new query starts from the group's offsets;
+* ``batch`` / ``batch-concurrent``: df.write jobs, one after another or at once;
+* ``foreach-batch``: one to three df.write per micro-batch inside a classic
+  ``foreachBatch`` (the writes see the stream's query id, micro-batch id and run id);
+  ``foreach-batch-file``: the same into the file sink; ``foreach-batch-connect``: Spark
+  Connect's ``foreachBatch`` (no stream properties: each write names itself with
+  ``txnAppId``/``txnVersion``);
+* ``app-writes``, ``two-streams``: :mod:`.write_shapes`.
+
+:data:`KNOWN_DEFECTS` lists, per shape, the rules today's code is known to break.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from tests.simulation.invariants import Oracle
+from tests.simulation.scenario import Scenario, check_stream, cleanup_check, epochs, run_cleanup
+from tests.simulation.sinks import FileSink, KafkaSink, other_sink
+from tests.simulation.spark_jobs import BatchJob
+from tests.simulation.spark_shapes import StreamQuery
+from tests.simulation.world import World
+from tests.simulation.write_shapes import WRITE_SHAPES
+
+# What today's code is known to break, per shape: the gate tolerates exactly these rules
+# (anything else fails it); directed.py reproduces each cause on purpose. Drop a rule here
+# when its defect is fixed.
+_ZOMBIES = ("zombie drivers acting on a stale read: recovery, the post-commit sweep or Spark's abort fence a batch a "
+            "newer driver decided (directed zombie-driver-recovery, zombie-driver-sweep); a zombie task, or an old "
+            "stage attempt's task restarted at attempt 0, opening a transaction on an id a decision names "
+            "(stage-retry-same-id); a transaction committed and fenced after, or expired, then read as lost "
+            "(expired-id-after-commit)")
+_STREAM = {"decided-fenced", "false-lost", "progress"}
+_WHY_STREAM = _ZOMBIES + "; a zombie recovery re-attaching a done batch's progress (zombie-recovery-carry)"
+_JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
+         "writer of the prefix) if its transactions time out first; a df.write finishing another job's decision "
+         "drops it when that fails part-way (finish-jobs-forget)")
+_FILE = ("a zombie driver of the file sink: a raw FileNotFoundError at its rename (file-zombie-rename); a stale "
+         "decision.json written over a newer one (file-zombie-decision, foreach-file-zombie)")
+KNOWN_DEFECTS = {
+    "stream": (_STREAM, _WHY_STREAM),
+    "stream-long-outages": (_STREAM, _WHY_STREAM),
+    "stream-shared-log": (_STREAM, _WHY_STREAM),
+    "stream-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order"}, _FILE),
+    "stream-and-batch": (_STREAM | {"partial", "decided-not-visible"}, _WHY_STREAM + "; " + _JOBS),
+    "checkpoint-lost": (_STREAM | {"lost", "decided-not-visible", "left-open"},
+                        "a decided batch of the lost query is finished only by the new query's first batch: with no "
+                        "new input, never (checkpoint-lost-idle); " + _WHY_STREAM),
+    "batch": ({"partial", "decided-not-visible", "decided-fenced"}, _JOBS + "; " + _ZOMBIES),
+    "batch-concurrent": ({"partial", "decided-not-visible", "decided-fenced"}, _JOBS + "; " + _ZOMBIES),
+    "app-writes": ({"decided-fenced"}, _ZOMBIES),
+    "foreach-batch": (_STREAM | {"lost"},
+                      "a zombie driver and its replacement in one micro-batch: a write counted as done by the other "
+                      "run is skipped (foreach-zombie-ordinal); " + _ZOMBIES),
+    "foreach-batch-connect": ({"decided-fenced", "false-lost"}, _ZOMBIES),
+    "foreach-batch-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order", "lost"},
+                           _FILE + "; foreach-zombie-ordinal"),
+    "two-streams": ({"decided-fenced", "false-lost"},
+                    "two streams share the stream's ids and decision writer: before one notices the other, each can "
+                    "abort the other's decided batch (a TransactionLostError, not the conflict); " + _ZOMBIES),
+}
+
+
+def _stream(w: World, oracle: Oracle, rng: random.Random, *, file: bool = False, shared_log: bool = False,
+            jobs: int = 0, foreach: int = 0, connect: bool = False, long_outages: bool = False) -> Scenario:
+    sink: Any = FileSink(w.root / "out") if file else KafkaSink(out_partitions=rng.randint(1, 2))
+    sink.setup(w, oracle)
+    epochs(w, rng)
+    counts = [rng.randint(1, 5) for _ in range(rng.randint(1, 3))]
+    progress = not file and not foreach and rng.random() < 0.4
+    if progress:
+        sink.extra["sourceGroupId"] = "source-group"
+    q = StreamQuery(w, oracle, "q", sink, counts, rng.randint(1, 3), foreach_writes=foreach,
+                    foreach="connect" if connect else "classic")
+    if long_outages:
+        # The query stays down for minutes (past the transaction timeout, 60 s) or longer
+        # than the brokers keep an idle transactional id (shortened here to 5 minutes).
+        q.delays = (0.5, 5.0, 90.0, 400.0)
+        w.cluster.expire_ids_after(300_000, 30_000)
+    batch_jobs = [BatchJob(w, oracle, f"job{i}", sink, [(p, o) for p in range(2) for o in range(rng.randint(1, 3))],
+                           rng.randint(1, 2), f"job{i}") for i in range(jobs)]
+    if shared_log:
+        w.cluster.create_topic(sink.commit_log, 1)
+    # With df.write jobs on the prefix: a last one, without faults, whose recovery finishes
+    # what a failed job decided (nobody re-runs a failed df.write).
+    cleanup = [""]
+
+    def main() -> None:
+        sched = w.sched
+        users = []
+        if shared_log:
+            sched.spawn("other", lambda: other_sink(w, sink.commit_log, rng.randint(2, 5)), "other")
+        for job in batch_jobs:
+            start = rng.uniform(0, 20)
+
+            def run(job: BatchJob = job, start: float = start) -> None:
+                sched.sleep(start)
+                job.supervise()
+
+            users.append(sched.spawn(f"{job.name}.user", run, "user"))
+        q.supervise()
+        if jobs:
+            sched.wait_until(lambda: all(u.done for u in users))
+            cleanup[0] = run_cleanup(w, oracle, sink)
+
+    def finals() -> None:
+        check_stream(w, oracle, q, batch_jobs)
+        if jobs:
+            cleanup_check(oracle, cleanup[0])
+
+    def on_rename(src: str, dst: str) -> None:
+        if file:
+            oracle.file_final_rename(sink.path, src, dst)
+
+    return Scenario(main, finals, on_rename, lambda: q.outcome)
+
+
+def _batch(w: World, oracle: Oracle, rng: random.Random, concurrent: bool = False) -> Scenario:
+    sink = KafkaSink(out_partitions=rng.randint(1, 2))
+    sink.setup(w, oracle)
+    epochs(w, rng)
+    jobs = [BatchJob(w, oracle, f"job{i}", sink, [(p, o) for p in range(rng.randint(1, 3))
+                                                  for o in range(rng.randint(1, 3))], rng.randint(1, 3), f"job{i}")
+            for i in range(rng.randint(2, 3))]
+    cleanup = [""]
+
+    def main() -> None:
+        sched = w.sched
+        users = []
+        for job in jobs:
+            if concurrent:
+                users.append(sched.spawn(f"{job.name}.user", job.supervise, "user"))
+            else:
+                job.supervise()
+        sched.wait_until(lambda: all(u.done for u in users))
+        cleanup[0] = run_cleanup(w, oracle, sink)
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+        shown = {v for values in visible.values() for v in values}
+        for job in jobs:
+            if "TransactionLostError" not in job.outcome:  # a loud partial outcome
+                oracle.check_atomic(job.label, job.values(), shown)
+        oracle.check_decided()
+        cleanup_check(oracle, cleanup[0])
+
+    return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs))
+
+
+def _checkpoint_lost(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """With sourceGroupId: after a failed or crashed run the checkpoint is lost; a new query
+    (new id, new checkpoint) starts from the group's committed offsets
+    (startingOffsets=group, earliest where the group has none)."""
+    sink = KafkaSink(out_partitions=rng.randint(1, 2), extra={"sourceGroupId": "source-group"})
+    sink.setup(w, oracle)
+    epochs(w, rng)
+    counts = [rng.randint(1, 5) for _ in range(rng.randint(1, 3))]
+    per_trigger = rng.randint(1, 3)
+    first = StreamQuery(w, oracle, "q", sink, counts, per_trigger)
+    queries = [first]
+
+    def main() -> None:
+        first.supervise(runs=rng.randint(1, 3))
+        if first.outcome == "running":
+            second = first.without_checkpoint("q2")
+            queries.append(second)
+            second.supervise()
+
+    def finals() -> None:
+        last = queries[-1]
+        visible = sink.visible(w, oracle)
+        everything = {f"q:{p}:{o}" for p, n in enumerate(counts) for o in range(n)}
+        # A batch a TransactionLostError announced lost stays lost: the new query starts
+        # after it (its first transaction, which carried the group's offsets, committed).
+        announced = any("TransactionLostError" in e for q in queries for e in q.errors)
+        oracle.check_outputs(visible, {"q": everything}, {"q": last.outcome == "finished" and not announced})
+        oracle.check_decided()
+        if last.outcome == "stuck":
+            oracle.fail("stuck", f"the query failed on each of its restarts; last errors: {last.errors[-2:]}")
+
+    return Scenario(main, finals, outcome=lambda: "/".join(q.outcome for q in queries))
+
+
+SHAPES: dict[str, Callable[[World, Oracle, random.Random], Scenario]] = {
+    "stream": lambda w, o, r: _stream(w, o, r),
+    "stream-file": lambda w, o, r: _stream(w, o, r, file=True),
+    "stream-shared-log": lambda w, o, r: _stream(w, o, r, shared_log=True),
+    "stream-long-outages": lambda w, o, r: _stream(w, o, r, long_outages=True),
+    "checkpoint-lost": _checkpoint_lost,
+    "stream-and-batch": lambda w, o, r: _stream(w, o, r, jobs=r.randint(1, 2)),
+    "batch": _batch,
+    "batch-concurrent": lambda w, o, r: _batch(w, o, r, concurrent=True),
+    "foreach-batch": lambda w, o, r: _stream(w, o, r, foreach=r.randint(1, 3)),
+    "foreach-batch-file": lambda w, o, r: _stream(w, o, r, file=True, foreach=r.randint(1, 3)),
+    "foreach-batch-connect": lambda w, o, r: _stream(w, o, r, foreach=r.randint(1, 3), connect=True),
+    **WRITE_SHAPES,
+}

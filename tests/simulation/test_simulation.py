@@ -1,0 +1,126 @@
+"""The protocol simulation as tests: the gate (a bounded number of seeded schedules per
+shape, seconds), the full profile (many more, ``full`` marker), the directed schedules
+(of defects fixed: regression tests; of defects known today: xfail, strict, each flipping
+to a failure once its defect is fixed, so the mark is removed with the fix, and failing
+outright if it breaks a rule its entry does not list), determinism, and planted defects
+the invariants must see.
+
+A gate failure prints each failing seed with its faults; replay one with
+``python -m tests.simulation --replay SHAPE SEED --faults '...'``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.simulation import adapters, directed
+from tests.simulation.explorer import fault_spec, run_one
+from tests.simulation.faults import CRASH, Fault
+from tests.simulation.shapes import KNOWN_DEFECTS, SHAPES
+from tests.simulation.twophase_plants import forgetful_log, sweepless_committer, undurable_decisions
+
+RANDOM_SHAPES = sorted(SHAPES)
+GATE_SCHEDULES = 20
+FULL_SCHEDULES = 400
+
+
+def _explore(shape: str, seeds: range) -> None:
+    allowed, _why = KNOWN_DEFECTS.get(shape, (set(), ""))
+    failures = []
+    for seed in seeds:
+        result = run_one(shape, seed)
+        new = [v for v in result.violations if v.rule not in allowed]
+        if new:
+            failures.append(f"seed {seed} (faults '{fault_spec(result.faults)}'): " + "; ".join(map(str, new)))
+    assert not failures, f"{shape}: {len(failures)} schedule(s) broke an invariant:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("shape", RANDOM_SHAPES)
+def test_gate(shape):
+    _explore(shape, range(1, 1 + GATE_SCHEDULES))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("shape", RANDOM_SHAPES)
+def test_full_profile(shape):
+    _explore(shape, range(100_000, 100_000 + FULL_SCHEDULES))
+
+
+def _known(why: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=why)
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[_known(why)] if rules else [])
+                                  for name, (_b, rules, why) in directed.DIRECTED.items()])
+def test_directed_schedule_keeps_the_guarantee(name):
+    _builder, listed, _why = directed.DIRECTED[name]
+    results = [run_one("directed:" + name, seed) for seed in range(1, 9)]
+    broken = [f"seed {r.seed}: " + "; ".join(map(str, r.violations)) for r in results if r.violations]
+    unlisted = set().union(*(r.rules for r in results)) - listed
+    if listed and unlisted:  # a known defect that now breaks something else: not the expected failure
+        pytest.fail(f"{name} breaks rules its entry does not list: {sorted(unlisted)}\n" + "\n".join(broken))
+    assert not broken, "\n".join(broken)
+
+
+def test_a_schedule_replays_step_for_step():
+    first = next(r for r in (run_one("stream", seed) for seed in range(1, 50)) if len(r.faults) >= 2)
+    again = run_one("stream", first.seed)
+    assert again.trace == first.trace
+    replayed = run_one("stream", first.seed, list(first.faults))  # the recorded faults, no random ones
+    assert replayed.trace == first.trace
+
+
+# -- planted defects: the invariants must see them ----------------------------
+
+def test_a_commit_without_a_durable_decision_is_seen(monkeypatch):
+    undurable_decisions(monkeypatch)
+    assert "commit-without-decision" in run_one("stream", 1, []).rules
+
+
+def test_a_decision_log_that_forgets_shows_as_duplicates(monkeypatch):
+    forgetful_log(monkeypatch)
+    crash = [Fault("q.r0", "fault:driver-after-first-commit", 1, CRASH)]
+    rules = set().union(*(run_one("stream", seed, crash).rules for seed in range(1, 6)))
+    assert "duplicate" in rules
+
+
+def test_a_committer_that_never_sweeps_leaves_transactions_open(monkeypatch):
+    sweepless_committer(monkeypatch)
+    lost_task = [Fault("q.r0.b0.s0.p0.a0", "fault:task-after-precommit", 1, CRASH)]
+    rules = set().union(*(run_one("stream", seed, lost_task).rules for seed in range(1, 6)))
+    assert "left-open" in rules
+
+
+def test_the_adapters_stand_in_for_the_products_clients():
+    """Each model client answers every call the product's code makes on the real one."""
+    import inspect
+
+    from kafka_eos_ds.kafka import clients
+    from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+    from kafka_eos_ds.sink import decision_log, kafka_sink, task_writer
+    from tests.simulation.adapters.log_clients import ModelAdminClient, ModelConsumer
+    from tests.simulation.adapters.producers import ConfluentProducer
+
+    def calls(protocol: type) -> set:
+        return {n for n in vars(protocol) if not n.startswith("_") and callable(getattr(protocol, n))}
+
+    for protocol, model in ((clients.CoordinatorAdminLike, adapters.ModelAdmin),
+                            (clients.ChannelLike, adapters.ModelChannel),
+                            (clients.ProducerLike, ConfluentProducer)):
+        missing = sorted(n for n in calls(protocol) if not hasattr(model, n))
+        assert not missing, f"{model.__name__} lacks {missing} of {protocol.__name__}"
+    used = {"assign", "poll", "get_watermark_offsets", "close"}  # what the decision log calls on its consumers
+    assert used <= calls(clients.ConsumerLike) and all(hasattr(ModelConsumer, n) for n in used)
+    assert {"list_topics", "create_topics"} <= calls(clients.AdminLike) and all(
+        hasattr(ModelAdminClient, n) for n in ("list_topics", "create_topics"))
+    assert set(inspect.signature(TransactionCoordinator).parameters) >= {"admin_factory", "channel_factory"}
+    assert all(hasattr(decision_log.LogClients, n) and hasattr(adapters.ModelLogClients, n)
+               for n in ("admin", "producer", "consumer"))
+    assert hasattr(kafka_sink, "TransactionCoordinator") and hasattr(kafka_sink, "cluster_metadata")
+    for name in ("write_all", "pre_commit", "abort", "transactional_id", "pid_epoch"):
+        assert hasattr(adapters.ModelPartitionWriter(_Config(), 0, 0), name)
+        assert name in vars(task_writer._PartitionWriter) or name in inspect.getsource(task_writer._PartitionWriter)
+
+
+class _Config:
+    prefix, exactly_once, transaction_timeout_ms, topic = "p", True, 60_000, "t"
