@@ -173,8 +173,22 @@ def test_a_job_finishes_another_jobs_unfinished_decision_and_forgets_its_own():
     log.records = [("j:w1", stuck)]
     tpc.commit(WriteId(Kind.JOB, "w2", 0, job="w2"), [part(0, family="j2")])
     assert events.index(("commit", "p:j1-5-0")) < events.index(("commit", "p:j2-0-0"))
-    assert ("forget", "j:w1") in events and ("forget", "j:w2") in events
+    # The other job's decision is recorded done (its owner, if still committing, then sees
+    # it done and fences nothing of it); only a job's own record is forgotten.
+    assert log.latest("j:w1") == stuck.with_state(DONE)
+    assert ("forget", "j:w1") not in events and ("forget", "j:w2") in events
     assert log.unfinished("j") == []
+
+
+def test_a_job_keeps_another_jobs_decision_when_finishing_it_fails_part_way():
+    from kafka_eos_ds.twophase import Outcome
+
+    stuck = Decision("w1", 0, DECIDED, (part(5, family="j1"), part(6, family="j1")))
+    tpc, log, events = committer(latest=stuck, outcomes={"p:j1-6-0": [Outcome.RETRY]}, timeout=1.0)
+    log.records = [("j:w1", stuck)]
+    with pytest.raises(TransactionError, match="Could not learn the outcome of committing p:j1-6-0"):
+        tpc.commit(WriteId(Kind.JOB, "w2", 0, job="w2"), [part(0, family="j2")])
+    assert log.unfinished("j") == [("j:w1", stuck)]  # the next writer finishes the rest
 
 
 def test_a_job_whose_commit_fails_after_its_decision_says_it_is_committed():

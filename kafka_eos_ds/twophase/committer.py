@@ -29,6 +29,7 @@ from kafka_eos_ds.twophase.protocol import (
     DONE,
     Decision,
     DecisionLog,
+    DecisionState,
     DoneMark,
     Outcome,
     Participant,
@@ -149,10 +150,17 @@ class TwoPhaseCommitter:
         for key, decision in self._read(lambda: self.decisions.unfinished(Kind.JOB.value)):
             log.warning("finishing the commit of batch job %s, which stopped after its decision", decision.query_id)
             try:
-                self._commit_all(decision)
-            finally:
-                # A job never re-runs under its id: its record is of no more use, even lost.
-                self._forget(key)
+                self._finish(key, decision)
+            except TransactionLostError:
+                # Known lost (and said so, by this error): recorded, so that the loss fails
+                # one write, not every later one. Any other failure keeps the decision for
+                # the next writer: the job may even still be committing it itself.
+                self._record_lost(key, decision)
+                raise
+
+    def _record_lost(self, key: str, decision: Decision) -> None:
+        lost = decision.with_state(DecisionState.LOST)
+        self._retrying(lambda: self.decisions.write(key, lost), f"Could not record job {key}'s loss", then=_RESTART)
 
     def commit_decided(self, decision: Decision) -> None:
         """Commit ``decision``'s participants (with its progress) and nothing else: no

@@ -40,6 +40,9 @@ class DecisionState(str, enum.Enum):
     # A decided batch of a query whose checkpoint was lost, none of which had become
     # visible: recovery aborted it, and the new query re-reads its input.
     ABANDONED = "abandoned"
+    # A batch job's decision found partly aborted (a TransactionLostError said so): nothing
+    # more can be done for it, and later writers need not stop on it again.
+    LOST = "lost"
 
 
 DECIDED = DecisionState.DECIDED

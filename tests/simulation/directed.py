@@ -78,12 +78,10 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "expired-id-after-commit": (expired_id_after_commit, {"false-lost"},
                                 "a committed transaction whose id expired (or moved to a newer epoch) is "
                                 "classified lost: a fully committed batch fails every restart"),
-    "file-zombie-decision": (file_zombie_decision, {"commit-without-decision", "unexpected-error"},
-                             "a zombie driver overwrites its writer's decision.json with a stale decision; its "
-                             "post-commit sweep deletes the live batch's pending files (or the query stops on "
-                             "every restart: 'final file already exists')"),
-    "file-zombie-rename": (file_zombie_rename, {"unexpected-error"},
-                           "a zombie driver's commit rename fails with a raw FileNotFoundError"),
+    "file-zombie-decision": (file_zombie_decision, set(),
+            "fixed: a zombie driver of the file sink wrote its stale decision over a newer one (decisions are now numbered files created only if absent)"),
+    "file-zombie-rename": (file_zombie_rename, set(),
+            "fixed: a zombie driver's commit rename failed with a raw FileNotFoundError (a rename done meanwhile is a commit)"),
     "stage-retry-same-id": (stage_retry_same_id, {"decided-fenced"},
                             "a resubmitted stage's task starts again at attempt number 0, on the id an old stage "
                             "attempt's task still uses: the later of the two to start its transaction aborts the "
@@ -94,13 +92,8 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                                "zombie records that it skipped a write the other committed; the other's next write "
                                "reads that record, counts itself as the run's first write again, and skips itself: "
                                "its rows are lost, silently"),
-    "finish-jobs-forget": (finish_jobs_forget, {"partial", "decided-not-visible"},
-                           "a df.write that finishes another job's decision and fails part-way (a transient error) "
-                           "drops that job's record all the same: nobody finishes the rest, silently (in the "
-                           "randomized shapes also a job still committing, whose abort then no longer sees its "
-                           "own decision and fences its decided transactions)"),
-    "foreach-file-zombie": (foreach_file_zombie, {"duplicate"},
-                            "foreachBatch into the file sink: a zombie driver records its write of a micro-batch "
-                            "done over the newer driver's decision, then runs the micro-batch's next write again: "
-                            "its rows are there twice"),
+    "finish-jobs-forget": (finish_jobs_forget, set(),
+            "fixed: a df.write finishing another job's decision dropped it when that failed part-way (it is recorded done, or kept)"),
+    "foreach-file-zombie": (foreach_file_zombie, set(),
+            "fixed: a zombie file-sink driver recorded its write done over a newer decision and wrote the micro-batch again"),
 }

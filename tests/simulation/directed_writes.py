@@ -9,7 +9,7 @@ import random
 from kafka_eos_ds.filesink.layout import writer_dir
 from tests.simulation.directed_streams import query, resume_when
 from tests.simulation.faults import CRASH, FAIL, SPARK, STALL, Fault
-from tests.simulation.invariants import Oracle
+from tests.simulation.invariants import Oracle, newest_file_decision
 from tests.simulation.scenario import Scenario, check_stream, cleanup_check, run_cleanup
 from tests.simulation.sinks import FileSink, KafkaSink
 from tests.simulation.spark_jobs import BatchJob
@@ -147,17 +147,14 @@ def file_zombie_rename(w: World, oracle: Oracle, rng: random.Random) -> Scenario
 def file_zombie_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
     """File sink: the driver stalls just before writing batch 0's decision and is replaced;
     it comes back while the new driver commits batch 1, and writes its stale decision of
-    batch 0 over batch 1's (decision.json has no fencing of a stale writer)."""
-    w.plan.script = [Fault("q.r0", "fs:replace", 1, STALL, 1_000_000)]
+    batch 0 over batch 1's."""
+    w.plan.script = [Fault("q.r0", "fs:link", 1, STALL, 1_000_000)]
     sink = FileSink(w.root / "out")
     q = query(w, oracle, sink, [3, 3], 1)
 
     def deciding(batch: int) -> bool:
-        try:
-            d = json.loads((sink.path / "_kafka_eos" / writer_dir(f"q:{q.query_id}") / "decision.json").read_text())
-        except (OSError, ValueError):
-            return False
-        return d["batchId"] == batch and d["state"] == "decided"
+        d = newest_file_decision(sink.path / "_kafka_eos" / writer_dir(f"q:{q.query_id}"))
+        return d is not None and d.batch_id == batch and d.state.value == "decided"
 
     resume_when(w, "q.r0", lambda: deciding(1))
 

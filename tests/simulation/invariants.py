@@ -6,7 +6,7 @@ The rules, from the sink's guarantee (DESIGN.md section 2) and its protocol:
   accepted) only if a decision naming it (id, producer id, epoch) was made durable first
   (its decision write committed). So nothing of an undecided batch is ever visible to
   ``read_committed``. The file sink: a pending file is renamed to its final name only
-  when ``decision.json`` names it.
+  when the writer's newest decision file names it.
 * ``disappeared``: what a ``read_committed`` reader saw stays (checked at every step).
 * ``duplicate``: a ``read_committed`` reader never sees an output twice, during the run
   or after it.
@@ -257,15 +257,23 @@ class Oracle:
                                        "last sweep when the query finished")
 
     def file_final_rename(self, root: Path, src: str, dst: str) -> None:
-        """A pending file became final (just now): its writer's ``decision.json`` must name it."""
+        """A pending file became final (just now): its writer's newest decision must name it."""
         pending = Path(src).parent
         if pending.name != "pending" or pending.parent.parent != root / "_kafka_eos" or Path(dst).parent != root:
             return
-        try:
-            decision = Decision.from_json(json.loads((pending.parent / "decision.json").read_text()))
-        except FileNotFoundError:
-            decision = None
+        decision = newest_file_decision(pending.parent)
         rel = Path(src).relative_to(root).as_posix()
         if decision is None or not any(p.handle.get("pending") == rel for p in decision.participants):
-            self.fail("commit-without-decision", f"{rel} renamed to its final name, but its writer's decision.json "
+            self.fail("commit-without-decision", f"{rel} renamed to its final name, but its writer's newest decision "
                                                  f"does not name it ({decision.state.value if decision else 'none'})")
+
+
+def newest_file_decision(writer: Path) -> Optional[Decision]:
+    """A file-sink writer's newest decision (its highest-numbered ``decisions/<n>.json``)."""
+    try:
+        numbered = [p for p in (writer / "decisions").iterdir() if p.suffix == ".json" and p.stem.isdigit()]
+    except FileNotFoundError:
+        return None
+    if not numbered:
+        return None
+    return Decision.from_json(json.loads(max(numbered, key=lambda p: int(p.stem)).read_text()))

@@ -82,7 +82,7 @@ class SequentialExecutor:
 
 
 class OsProxy:
-    """The ``os`` module for the file sink: a scheduler step before each rename/replace,
+    """The ``os`` module for the file sink: a scheduler step before each rename/replace/link,
     and a hook that sees every rename (the invariants check final renames)."""
 
     def __init__(self, w: World, on_rename: Callable[[str, str], None]) -> None:
@@ -100,6 +100,11 @@ class OsProxy:
     def replace(self, src: Any, dst: Any) -> None:
         self._w.sched.point("fs:replace", _short(self._w, dst), DRIVER_POINT)
         os.replace(src, dst)
+
+    def link(self, src: Any, dst: Any) -> None:
+        """A decision file created only if absent (the file sink's numbered decisions)."""
+        self._w.sched.point("fs:link", _short(self._w, dst), DRIVER_POINT)
+        os.link(src, dst)
 
 
 def _short(w: World, path: Any) -> str:

@@ -47,15 +47,12 @@ _ZOMBIES = ("zombie drivers acting on a stale read: recovery, the post-commit sw
 _STREAM = {"decided-fenced", "false-lost", "progress"}
 _WHY_STREAM = _ZOMBIES + "; a zombie recovery re-attaching a done batch's progress (zombie-recovery-carry)"
 _JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
-         "writer of the prefix) if its transactions time out first; a df.write finishing another job's decision "
-         "drops it when that fails part-way (finish-jobs-forget)")
-_FILE = ("a zombie driver of the file sink: a raw FileNotFoundError at its rename (file-zombie-rename); a stale "
-         "decision.json written over a newer one (file-zombie-decision, foreach-file-zombie)")
+         "writer of the prefix) if its transactions time out first")
 KNOWN_DEFECTS = {
     "stream": (_STREAM, _WHY_STREAM),
     "stream-long-outages": (_STREAM, _WHY_STREAM),
     "stream-shared-log": (_STREAM, _WHY_STREAM),
-    "stream-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order"}, _FILE),
+    "stream-file": (set(), ""),
     "stream-and-batch": (_STREAM | {"partial", "decided-not-visible"}, _WHY_STREAM + "; " + _JOBS),
     "checkpoint-lost": (_STREAM | {"lost", "decided-not-visible", "left-open"},
                         "a decided batch of the lost query is finished only by the new query's first batch: with no "
@@ -67,8 +64,7 @@ KNOWN_DEFECTS = {
                       "a zombie driver and its replacement in one micro-batch: a write counted as done by the other "
                       "run is skipped (foreach-zombie-ordinal); " + _ZOMBIES),
     "foreach-batch-connect": ({"decided-fenced", "false-lost"}, _ZOMBIES),
-    "foreach-batch-file": ({"unexpected-error", "commit-without-decision", "duplicate", "order", "lost"},
-                           _FILE + "; foreach-zombie-ordinal"),
+    "foreach-batch-file": ({"lost"}, "foreach-zombie-ordinal"),
     "two-streams": ({"decided-fenced", "false-lost"},
                     "two streams share the stream's ids and decision writer: before one notices the other, each can "
                     "abort the other's decided batch (a TransactionLostError, not the conflict); " + _ZOMBIES),
