@@ -138,6 +138,16 @@ class KafkaMetadata:
                 break
             except KafkaClientError as error:
                 if not (error.retriable or _coordinator_moving(error.__cause__)) or time.monotonic() + delay > deadline:
+                    if _timed_out(error.__cause__):
+                        # A read_committed fetch of a group's offsets waits while a
+                        # transaction that commits offsets to the group is open.
+                        raise KafkaClientError(
+                            f"The committed offsets of group {group_id!r} could not be read within {_TIMEOUT_S:.0f}s: "
+                            "a transaction that commits offsets to the group may still be open (an exactly-once "
+                            "sink's batch, with 'sourceGroupId', in flight when its query stopped). It ends when "
+                            "that query runs again, when the sink's kafka.transaction.timeout.ms passes, or with "
+                            "'kafka-eos transactions abort --prefix <the sink's prefix>' (docs/troubleshooting.md, "
+                            "\"The group's offsets cannot be read\").", retriable=True) from error
                     raise
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -163,6 +173,12 @@ def _coordinator_moving(exc: Optional[BaseException]) -> bool:
     err = exc.args[0] if exc is not None and exc.args else None
     return err is not None and hasattr(err, "code") and err.code() in (
         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
+def _timed_out(error: Any) -> bool:
+    from confluent_kafka import KafkaError, KafkaException
+
+    return isinstance(error, KafkaException) and error.args[0].code() == KafkaError._TIMED_OUT
 
 
 def _client(factory: Callable[[dict[str, Any]], Any], conf: dict[str, Any]) -> Any:
