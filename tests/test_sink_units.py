@@ -369,3 +369,72 @@ def test_task_producer_log_keeps_why_the_transaction_failed(caplog):
     assert "TOPIC_AUTHORIZATION_FAILED" in str(error) and "grant" in str(error) and not error.retriable
     other = _delivery_error(KafkaError(KafkaError._PURGE_QUEUE), "out", 100, cfg, txn_failure="Broker: boom")
     assert "the transaction failed: Broker: boom" in str(other)
+
+
+class _DescribingCoordinator:
+    """Stands in for the transaction coordinators: DescribeTransactions answers only."""
+
+    def __init__(self, states):
+        self.states = states
+
+    def describe_many(self, ids):
+        return {tid: self.states.get(tid) for tid in ids}
+
+    def close(self):
+        pass
+
+
+class _MemoryDecisionLog:
+    def __init__(self, *args):
+        self.written = []
+
+    def fence_writers(self):
+        pass
+
+    def latest(self):
+        return self.written[-1] if self.written else None
+
+    def write(self, decision):
+        self.written.append(decision)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("timeout_ms, open_s, refused", [
+    (900_000, 880, True),   # 20 s left: less than the decision write plus commitTimeoutMs
+    (900_000, 700, False),  # 200 s left: the whole commit fits
+    (30_000, 5, False),     # a margin longer than the timeout is capped at half of it
+    (30_000, 16, True),
+])
+def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_commits_retries(
+        monkeypatch, timeout_ms, open_s, refused):
+    """After the decision the driver may spend the decision write's bound and then
+    commitTimeoutMs retrying each commit (a coordinator moving); a transaction the broker
+    aborts for its timeout meanwhile is lost for good. So the batch is refused, undecided,
+    unless every transaction has that much time left (at most half of its timeout: a
+    longer margin would refuse every batch)."""
+    import time
+
+    from kafka_eos_ds.errors import TransactionError
+    from kafka_eos_ds.sink import driver as sink_driver
+    from kafka_eos_ds.sink.messages import KafkaCommitMessage
+
+    now_ms = int(time.time() * 1000)
+    coordinator = _DescribingCoordinator({"etl-0-0": TxnState("etl-0-0", "Ongoing", 7, 3, now_ms - open_s * 1000,
+                                                              timeout_ms)})
+    logs = []
+    monkeypatch.setattr(sink_driver, "TransactionCoordinator", lambda conf: coordinator)
+    monkeypatch.setattr(sink_driver, "KafkaDecisionLog", lambda *a: logs.append(_MemoryDecisionLog()) or logs[-1])
+    monkeypatch.setattr(sink_driver.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
+    monkeypatch.setattr(sink_driver.KafkaTransactions, "open_ids", lambda self: [])
+    config = SinkConfig.from_options({**OPTS, "kafka.transaction.timeout.ms": str(timeout_ms)}, SCHEMA)
+    driver = sink_driver.KafkaSinkDriver(config, commit_timeout_s=120)
+    message = KafkaCommitMessage("q", 1, 0, 0, 5, "etl-0-0", 7, 3)
+    if refused:
+        with pytest.raises(TransactionError, match="was not committed: 1 of its 1 .*needed to commit"):
+            driver.commit([message], 1, "q")
+        assert logs[0].written == []  # refused before the decision
+    else:
+        driver.commit([message], 1, "q")
+        assert [d.state.value for d in logs[0].written] == ["decided", "done"]

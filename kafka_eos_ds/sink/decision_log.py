@@ -35,6 +35,7 @@ from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
+WRITE_TIMEOUT_S = 60.0  # how long a decision write may take (its commit_transaction)
 _WINDOW = 256
 
 
@@ -141,7 +142,7 @@ class KafkaDecisionLog:
             producer.begin_transaction()
             producer.produce(self.topic, value=value, key=self.key.encode(), partition=partition)
             faults.check("decision-before-commit", batch=decision.batch_id)
-            producer.commit_transaction(60)
+            producer.commit_transaction(WRITE_TIMEOUT_S)
         except KafkaException as exc:
             error = exc.args[0]
             if error.txn_requires_abort():

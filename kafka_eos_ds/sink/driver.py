@@ -20,7 +20,7 @@ from kafka_eos_ds.sink import source_progress
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
-from kafka_eos_ds.sink.participants import KafkaTransactions
+from kafka_eos_ds.sink.participants import KafkaTransactions, commit_time_needed_s
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.protocol import DecisionLog, DoneMark
@@ -125,7 +125,8 @@ class KafkaSinkDriver:
         transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
         try:
             yield TwoPhaseCommitter(decisions, transactions, progress_store=transactions,
-                                    commit_timeout_s=self.commit_timeout_s)
+                                    commit_timeout_s=self.commit_timeout_s,
+                                    time_needed_s=commit_time_needed_s(self.commit_timeout_s))
         finally:
             decisions.close()
             coordinator.close()

@@ -17,7 +17,17 @@ from typing import Any, Mapping, Optional, Sequence
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
+
+
+def commit_time_needed_s(commit_timeout_s: float) -> float:
+    """How long each transaction must still have before its timeout for a batch to be
+    decided: the decision write's bound, then ``commitTimeoutMs`` of retries for a commit
+    whose coordinator is moving or restarting. A transaction the broker aborts for its
+    timeout inside that span would be lost after the decision (every restart failing);
+    refused before it, the batch is just run again."""
+    return WRITE_TIMEOUT_S + commit_timeout_s
 
 
 class KafkaTransactions:
@@ -78,7 +88,9 @@ class KafkaTransactions:
         # broker's clock (the transaction's start) against ours: clock skew between the
         # driver and the brokers eats into the margin.
         states = self.coordinator.describe_many([p.id for p in participants])
-        # A margin longer than the timeout itself would refuse every batch: at most half of it.
+        # A margin longer than the timeout itself would refuse every batch: at most half of
+        # it. With a timeout that short, a commit that needs its whole retry budget can still
+        # be lost (docs/fault-tolerance.md says which timeouts cover it).
         needed_ms = min(time_needed_s * 1000, self.transaction_timeout_ms / 2)
         now_ms = time.time() * 1000
         problems = [problem for p in participants
