@@ -438,3 +438,24 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
     else:
         driver.commit([message], 1, "q")
         assert [d.state.value for d in logs[0].written] == ["decided", "done"]
+
+def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_decision(caplog):
+    """Brokers before 4.1.0 with transaction version 2 overflow the epoch when they abort
+    a transaction at the last epoch (a fence, a timeout): the driver, which sees every
+    task's epoch, warns so that a hanging transaction has its explanation in the log."""
+    from kafka_eos_ds.sink.participants import LAST_EPOCH, KafkaTransactions
+    from kafka_eos_ds.twophase import Participant
+
+    class Coordinator:
+        def describe_many(self, ids):
+            return {}
+
+    txns = KafkaTransactions(Coordinator(), "etl", 900_000)
+    at = [Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": 7, "epoch": e})
+          for i, e in enumerate((LAST_EPOCH - 1, LAST_EPOCH))]
+    with caplog.at_level(logging.WARNING, logger="kafka_eos_ds.sink.participants"):
+        txns.unfit(at, 15)
+    warned = [r.getMessage() for r in caplog.records if "last before" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("etl-1-0 runs at producer epoch 32766")
+    assert "4.1.0" in warned[0] and "transaction.version" in warned[0]
+

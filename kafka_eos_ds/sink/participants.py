@@ -11,6 +11,7 @@ prefix; carry = the batch's source offsets added to the first transaction
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Mapping, Optional, Sequence
 
@@ -19,6 +20,12 @@ from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
+
+log = logging.getLogger(__name__)
+
+# The last producer epoch a transaction can run under: the broker gives an id a new
+# producer id when it initialises it at this epoch (Short.MaxValue - 1).
+LAST_EPOCH = 32766
 
 
 def commit_time_needed_s(commit_timeout_s: float) -> float:
@@ -87,6 +94,7 @@ class KafkaTransactions:
         # One DescribeTransactions per coordinator. The time left is counted on the
         # broker's clock (the transaction's start) against ours: clock skew between the
         # driver and the brokers eats into the margin.
+        _warn_last_epoch(participants)
         states = self.coordinator.describe_many([p.id for p in participants])
         # A margin longer than the timeout itself would refuse every batch: at most half of
         # it. With a timeout that short, a commit that needs its whole retry budget can still
@@ -132,6 +140,24 @@ class KafkaTransactions:
                 "query and start a new one with a new 'checkpointLocation' and a new 'transactionalIdPrefix' that "
                 "reads from the batch's start (its previous batch's end offsets in <checkpoint>/offsets/); the "
                 "records of the batch's committed transactions are then written a second time.")
+
+
+def _warn_last_epoch(participants: Sequence[Participant]) -> None:
+    """Every task initialises its id once per batch, so an id reaches the last epoch every
+    ~32,000 batches. Committing such a transaction is fine; fencing it or its timeout
+    abort is not on brokers before 4.1.0 with transaction version 2, which overflow the
+    epoch there and leave the transaction hanging (docs/fault-tolerance.md). Warned here,
+    where the driver sees every task's epoch at no cost, so a hang has its explanation
+    in the driver's log."""
+    for p in participants:
+        pid, epoch = _producer(p)
+        if epoch >= LAST_EPOCH:
+            log.warning("%s runs at producer epoch %d, the last before its producer id %d is replaced. On brokers "
+                        "before Apache Kafka 4.1.0 with the transaction.version feature at 2, aborting this "
+                        "transaction (a fence, or its timeout) overflows the epoch in the transaction coordinator, "
+                        "and the transaction stays open, stalling read_committed readers of its partitions: "
+                        "upgrade the brokers, or set transaction.version to 1 (docs/fault-tolerance.md).",
+                        p.id, epoch, pid)
 
 
 def _producer(participant: Participant) -> tuple[int, int]:
