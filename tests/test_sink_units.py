@@ -52,14 +52,20 @@ def test_end_txn_errors_that_retrying_cannot_fix_raise_with_their_name():
 
 
 @pytest.mark.parametrize("state, outcome", [
-    (None, Outcome.LOST),
     (TxnState("t", "CompleteCommit", 5, 2), Outcome.COMMITTED),
     (TxnState("t", "PrepareCommit", 5, 2), Outcome.RETRY),
+    (TxnState("t", "Ongoing", 5, 1), Outcome.RETRY),          # a coordinator still loading
+    # Proof of an abort: our transaction, at its own epoch, aborted.
     (TxnState("t", "CompleteAbort", 5, 2), Outcome.LOST),
     (TxnState("t", "PrepareAbort", 5, 2), Outcome.LOST),
-    (TxnState("t", "CompleteAbort", 5, 3), Outcome.LOST),   # timed out: epoch bumped
-    (TxnState("t", "Empty", 5, 4), Outcome.LOST),           # fenced afterwards
-    (TxnState("t", "CompleteCommit", 6, 0), Outcome.LOST),  # another producer id
+    (TxnState("t", "PrepareEpochFence", 5, 2), Outcome.LOST),
+    # Not proof: each also follows a successful commit.
+    (None, Outcome.UNKNOWN),                                  # expired (transactional.id.expiration.ms)
+    (TxnState("t", "CompleteCommit", 6, 0), Outcome.UNKNOWN), # re-created under another producer id
+    (TxnState("t", "Empty", 5, 3), Outcome.UNKNOWN),          # initialised again after the commit
+    (TxnState("t", "CompleteAbort", 5, 3), Outcome.UNKNOWN),  # a timeout abort, or a later transaction's
+    (TxnState("t", "Empty", 5, 4), Outcome.UNKNOWN),
+    (TxnState("t", "Empty", 5, 2), Outcome.UNKNOWN),          # no transaction at our epoch to judge
 ])
 def test_described_outcomes(state, outcome):
     assert classify_described(state, 5, 2) is outcome
@@ -438,6 +444,30 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
     else:
         driver.commit([message], 1, "q")
         assert [d.state.value for d in logs[0].written] == ["decided", "done"]
+
+
+def test_an_unknown_outcome_names_what_the_coordinator_shows_and_what_to_check():
+    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.twophase import Participant
+
+    class Coordinator:
+        def end_txn(self, tid, pid, epoch, commit):
+            return c.PRODUCER_FENCED
+
+        def describe(self, tid):
+            return TxnState(tid, "Empty", 7, 4) if tid == "etl-0-0" else None
+
+    txns = KafkaTransactions(Coordinator(), "etl", 900_000)
+    parts = [Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": 7, "epoch": 3}) for i in (0, 1)]
+    assert [txns.commit(p) for p in parts] == [Outcome.UNKNOWN, Outcome.UNKNOWN]
+    message = txns.unknown_outcome_message(parts)
+    assert "etl-0-0 ran under producer 7 epoch 3, its coordinator now shows producer 7 epoch 4, Empty" in message
+    assert "etl-1-0 ran under producer 7 epoch 3, its coordinator no longer knows the id" in message
+    for named in ("kafka.transaction.timeout.ms", "transactional.id.expiration.ms", "read_committed",
+                  "checkpointLocation", "transactionalIdPrefix"):
+        assert named in message
+    assert "not in the output" not in message
+
 
 def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_decision(caplog):
     """Brokers before 4.1.0 with transaction version 2 overflow the epoch when they abort

@@ -82,6 +82,11 @@ class FileParticipants:
                     ids.add(str(fid))
         return sorted(ids)
 
+    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+        # Never needed: a pending or final file tells. Here for the port's sake.
+        return (f"Look for their final files in '{self.layout.root}': "
+                + ", ".join(str(p.handle.get("final")) for p in participants) + ".")
+
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return (f"Their pending files under '{self.layout.pending_dir}' were deleted before the commit renamed "
                 "them (another writer of the same directory recovering, or a manual clean-up). Give each query "

@@ -44,12 +44,18 @@ class KafkaTransactions:
         self.coordinator = coordinator
         self.prefix = prefix
         self.transaction_timeout_ms = transaction_timeout_ms
+        self._untold: dict[str, Optional[TxnState]] = {}  # what the coordinator showed, per unknown outcome
 
     def commit(self, participant: Participant) -> Outcome:
         pid, epoch = _producer(participant)
         outcome = classify_end_txn(self.coordinator.end_txn(participant.id, pid, epoch, commit=True))
         if outcome is None:
-            outcome = classify_described(self.coordinator.describe(participant.id), pid, epoch)
+            state = self.coordinator.describe(participant.id)
+            outcome = classify_described(state, pid, epoch)
+            if outcome is Outcome.UNKNOWN:
+                self._untold[participant.id] = state
+                log.warning("cannot tell whether %s committed: it ran under producer %s epoch %s; %s",
+                            participant.id, pid, epoch, _shown(state))
         return outcome
 
     def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
@@ -114,6 +120,22 @@ class KafkaTransactions:
                 "transactional id (a zombie task, a second query with the same 'transactionalIdPrefix') is "
                 "the other.")
 
+    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+        seen = "; ".join(f"{p.id} ran under producer {_producer(p)[0]} epoch {_producer(p)[1]}, "
+                         f"{_shown(self._untold.get(p.id))}" for p in participants)
+        return (f"{seen}. The coordinator keeps only an id's latest state, and this one fits either story: the "
+                "transaction was aborted before its commit (the broker's transaction timeout, sink option "
+                f"'kafka.transaction.timeout.ms', now {self.transaction_timeout_ms} ms, at most the broker's "
+                "'transaction.max.timeout.ms'; or another writer of the id, a zombie task or a second query with "
+                "the same 'transactionalIdPrefix'), or it committed and the id was initialised again or expired "
+                "since (the broker's 'transactional.id.expiration.ms'). Recovery does not guess: taking it as "
+                "committed could lose records, re-running the batch could duplicate them; every restart stops "
+                "here. Check the output with a read_committed consumer for the batch's records (batch N's input "
+                "runs from the end offsets in <checkpoint>/offsets/<N-1> to those in offsets/<N>). If they are "
+                "all there, start a new query (new 'checkpointLocation' and new "
+                "'transactionalIdPrefix') from the batch's end offsets; if some are missing, from its start "
+                "(the records of its committed transactions are then written a second time).")
+
     def fence(self, participant_id: str) -> None:
         self.coordinator.fence(participant_id, self.transaction_timeout_ms)
 
@@ -158,6 +180,12 @@ def _warn_last_epoch(participants: Sequence[Participant]) -> None:
                         "and the transaction stays open, stalling read_committed readers of its partitions: "
                         "upgrade the brokers, or set transaction.version to 1 (docs/fault-tolerance.md).",
                         p.id, epoch, pid)
+
+
+def _shown(state: Optional[TxnState]) -> str:
+    if state is None:
+        return "its coordinator no longer knows the id"
+    return f"its coordinator now shows producer {state.producer_id} epoch {state.producer_epoch}, {state.state}"
 
 
 def _producer(participant: Participant) -> tuple[int, int]:
