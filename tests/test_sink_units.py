@@ -489,3 +489,21 @@ def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_dec
     assert len(warned) == 1 and warned[0].startswith("etl-1-0 runs at producer epoch 32766")
     assert "4.1.0" in warned[0] and "transaction.version" in warned[0]
 
+
+@pytest.mark.parametrize("arrow", [True, False])
+def test_a_negative_partition_fails_the_task_before_its_rows_are_produced(arrow):
+    """Spark's built-in sink refuses a negative partition (its ProducerRecord does); it
+    must not silently go to the partitioner."""
+    import pyarrow as pa
+    from pyspark.sql import Row
+
+    from kafka_eos_ds.sink.task_writer import _PartitionWriter
+
+    schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])
+    writer = _PartitionWriter(SinkConfig.from_options(OPTS, schema), 0, 0)
+    rows = [("c", -2), ("a", 1), ("b", None)]  # rows (pyspark 4.0) are checked one by one
+    items = ([pa.RecordBatch.from_pydict({"value": [r[0] for r in rows], "partition": [r[1] for r in rows]})]
+             if arrow else [Row(value=v, partition=p) for v, p in rows])
+    with pytest.raises(ConfigError, match=r"Column 'partition' holds -2 .* 0 or more, or null"):
+        writer.write_all(items)
+    assert writer.producer is None  # refused before a transaction was opened for the rows
