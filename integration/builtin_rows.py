@@ -9,7 +9,8 @@ microseconds, headers as JSON) so both sides compare as plain values.
     python -m integration.builtin_rows SPEC.json OUT.json
     SPEC = [{"options": {...}}, ...]   # batch reads of format("kafka")
     an entry {"write": [[key, value], ...], "options": {...}} is a batch write instead
-    (its result is an empty list)
+    (its result is an empty list; "schema" gives other columns, e.g. a partition);
+    with "expect_error": true, an entry that fails gives {"error": message} as its result
 """
 
 from __future__ import annotations
@@ -40,18 +41,26 @@ def main(spec_path: str, out_path: str) -> None:
     try:
         results = []
         for read in json.load(open(spec_path)):
-            options = read["options"]
-            if "write" in read:
-                spark.createDataFrame(read["write"], "key string, value string").write.format("kafka") \
-                    .options(**options).mode("append").save()
-                results.append([])
-                continue
-            df = spark.read.format("kafka").options(**options).load()
-            headers = str(options.get("includeHeaders", "false")).lower() == "true"
-            results.append([list(r) for r in normalized(df, headers)])
+            try:
+                results.append(_run(spark, read))
+            except Exception as exc:  # any failure of the built-in is its answer
+                if not read.get("expect_error"):
+                    raise
+                results.append({"error": str(exc)})
         json.dump({"connector": version, "results": results}, open(out_path, "w"))
     finally:
         spark.stop()
+
+
+def _run(spark, read: dict) -> list:
+    options = read["options"]
+    if "write" in read:
+        spark.createDataFrame(read["write"], read.get("schema", "key string, value string")).write \
+            .format("kafka").options(**options).mode("append").save()
+        return []
+    df = spark.read.format("kafka").options(**options).load()
+    headers = str(options.get("includeHeaders", "false")).lower() == "true"
+    return [list(r) for r in normalized(df, headers)]
 
 
 if __name__ == "__main__":

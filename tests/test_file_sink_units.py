@@ -119,7 +119,8 @@ def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"
     path = layout.pending(fid) if where == "pending" else layout.in_progress(fid)
     path.write_bytes(body)
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       {"pending": layout.relative(layout.pending(fid)), "final": layout.relative(layout.final(fid))})
+                       {"pending": layout.relative(layout.pending(fid)), "final": layout.relative(layout.final(fid)),
+                        "inode": path.stat().st_ino})
 
 
 def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
@@ -151,6 +152,43 @@ def test_commit_never_replaces_an_existing_final_file(tmp_path):
     with pytest.raises(TransactionError, match="already exists"):
         ports.commit(p)
     assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"other"
+
+
+def test_a_recommit_after_a_zombie_staged_the_same_id_again_is_committed_and_drops_the_stray(tmp_path):
+    """Attempt numbers restart per driver run and stage attempt: a zombie of the same id
+    can pre-commit after the commit renamed the live file to final (and before the batch
+    was recorded done). The re-commit must not refuse forever: the final file is the one
+    the participant pre-committed, so it is committed, and the zombie's file goes."""
+    layout = Layout(tmp_path)
+    ports = FileParticipants(layout)
+    p = _stage(layout, fid_("q", 1, 0, 0))
+    assert ports.commit(p) is Outcome.COMMITTED
+    layout.pending(fid_("q", 1, 0, 0)).write_bytes(b"zombie")
+    assert ports.commit(p) is Outcome.COMMITTED
+    assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"rows"
+    assert not layout.pending(fid_("q", 1, 0, 0)).exists() and ports.open_ids(QUERY) == []
+    # A decision written before participants carried their file's inode: committed as well.
+    legacy = Participant(p.id, p.partition, p.attempt, p.records,
+                         {k: v for k, v in p.handle.items() if k != "inode"})
+    layout.pending(fid_("q", 1, 0, 0)).write_bytes(b"zombie")
+    assert ports.commit(legacy) is Outcome.COMMITTED and ports.open_ids(QUERY) == []
+
+
+def test_pre_commit_never_replaces_a_pending_file_of_the_same_id(tmp_path):
+    """A zombie of the same id that pre-commits while the live attempt's file is pending
+    must fail, not silently replace the file the driver is about to commit."""
+    layout = Layout(tmp_path)
+    fid = fid_("q", 1, 0, 0)
+    layout.ensure(fid.writer)
+    live = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
+    live.write_all(_batches(4))
+    live.pre_commit()
+    zombie = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
+    zombie.write_all(_batches(6))   # its in-progress name is free again
+    with pytest.raises(TransactionError, match="already pre-committed"):
+        zombie.pre_commit()
+    assert pq.read_table(layout.pending(fid)).num_rows == 4
+    assert layout.pending(fid).stat().st_ino == live.inode
 
 
 def test_fence_deletes_in_progress_and_pending_of_that_id_only(tmp_path):

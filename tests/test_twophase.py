@@ -170,6 +170,9 @@ class FakeParticipants:
     def lost_message(self, parts):
         return "check kafka.transaction.timeout.ms"
 
+    def unknown_outcome_message(self, parts):
+        return "look for their records in the output"
+
     committed_ids: set = set()
 
     def carry(self, progress, p):
@@ -252,6 +255,23 @@ def test_a_lost_decided_transaction_fails_loudly_and_leaves_the_decision():
     tpc, log, events = committer(outcomes={"p-1-0": [Outcome.LOST]})
     with pytest.raises(TransactionLostError, match="kafka.transaction.timeout.ms"):
         tpc.commit(stream("q", 1), [part(0), part(1)])
+    assert log.latest().state == DECIDED
+
+
+def test_a_decided_transaction_whose_outcome_cannot_be_told_fails_loudly_never_as_lost():
+    """"Lost" tells the operator the records are not in the output, and its remedy
+    re-writes the batch: only proof of an abort may say so. When the evidence is gone
+    the step fails, non-retriable, and says what to check; the decision stays."""
+    tpc, log, events = committer(outcomes={"p-0-0": [Outcome.UNKNOWN]})
+    with pytest.raises(TransactionError, match="Cannot tell whether batch 1 of query q committed.*1 of its 2 "
+                                               ".*look for their records in the output") as info:
+        tpc.commit(stream("q", 1), [part(0), part(1)])
+    assert not isinstance(info.value, TransactionLostError) and not info.value.retriable
+    assert "not in the output" not in str(info.value)
+    assert ("commit", "p-1-0") in events and log.latest().state == DECIDED
+    # Recovery finishing the decision stops the same way, and marks nothing done.
+    with pytest.raises(TransactionError, match="Cannot tell whether batch 1"):
+        tpc.recover(stream("q"))
     assert log.latest().state == DECIDED
 
 

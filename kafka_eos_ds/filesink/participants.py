@@ -27,10 +27,16 @@ class FileParticipants:
         final = self.layout.resolve(participant.handle["final"])
         pending_there, final_there = pending.exists(), final.exists()
         if pending_there and final_there:
-            # Renaming would replace a committed file: refuse rather than lose rows.
-            raise TransactionError(f"Cannot commit {participant.id}: its final file '{final}' already exists. "
-                                   "Another query or batch write is writing the same directory with the same "
-                                   "query id; give each query its own 'path'.")
+            if not _made_from(final, participant):
+                # Renaming would replace another writer's file: refuse rather than lose rows.
+                raise TransactionError(f"Cannot commit {participant.id}: its final file '{final}' already exists. "
+                                       "Another query or batch write is writing the same directory with the same "
+                                       "query id; give each query its own 'path'.")
+            # An earlier commit renamed this participant's file to final; the pending file
+            # is a zombie's of the same id, staged since. It never becomes visible.
+            pending.unlink(missing_ok=True)
+            fsync_dir(pending.parent)
+            return Outcome.COMMITTED
         if pending_there:
             try:
                 os.rename(pending, final)
@@ -74,7 +80,20 @@ class FileParticipants:
                if (fid := FileId.parse(f"{writer}/{path.name}")) is not None}
         return sorted(ids)
 
+    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+        # Never needed: a pending or final file tells. Here for the port's sake.
+        return (f"Look for their final files in '{self.layout.root}': "
+                + ", ".join(str(p.handle.get("final")) for p in participants) + ".")
+
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return (f"Their pending files under '{self.layout.staging}' were deleted before the commit renamed "
                 "them (a manual clean-up?). Never delete '_kafka_eos' while a query runs, and re-process the "
                 "affected input.")
+
+
+def _made_from(final: "os.PathLike[str]", participant: Participant) -> bool:
+    """Whether ``final`` is the file ``participant`` pre-committed (a rename keeps the
+    inode). A participant of a decision written before the inode was recorded is taken
+    as the final file's maker: its final name is its own (query, batch, partition)."""
+    inode = participant.handle.get("inode")
+    return inode is None or os.stat(final).st_ino == int(inode)

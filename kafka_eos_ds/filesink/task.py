@@ -2,10 +2,11 @@
 
 A task of batch N writes its rows to ``_kafka_eos/<writer>/in-progress/<id>.<ext>``
 (opened at the first row, so an empty task creates nothing). Pre-commit closes the file,
-fsyncs it, renames it to ``_kafka_eos/<writer>/pending/<id>.<ext>`` and fsyncs the
-directory (:mod:`.layout`): from
-then on the file survives any crash but no reader of DIR sees it. The commit message
-names the pending file and the final name the driver will rename it to.
+fsyncs it, moves it to ``_kafka_eos/<writer>/pending/<id>.<ext>`` (a hard link, then the
+in-progress name is removed: unlike a rename, the link fails if that pending name exists)
+and fsyncs the directory (:mod:`.layout`): from then on the file survives any crash but no
+reader of DIR sees it. The commit message names the pending file, its inode, and the final
+name the driver will rename it to.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Iterable
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.layout import FileId, fsync_dir
 from kafka_eos_ds.twophase.identity import WriteId
@@ -40,10 +42,13 @@ class FileCommitMessage(WriterCommitMessage):
     records: int
     pending: str = ""  # relative to the sink directory
     final: str = ""
+    inode: int = 0  # of the pending file: the commit knows its own file by it
 
     def participant(self) -> Participant:
-        return Participant(self.file_id, self.partition, self.attempt, self.records,
-                           {"pending": self.pending, "final": self.final})
+        handle: dict[str, Any] = {"pending": self.pending, "final": self.final}
+        if self.inode:
+            handle["inode"] = self.inode
+        return Participant(self.file_id, self.partition, self.attempt, self.records, handle)
 
 
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
@@ -59,7 +64,7 @@ def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Itera
     if records == 0:
         return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, 0)
     return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, records,
-                             layout.relative(writer.pending), layout.relative(layout.final(fid)))
+                             layout.relative(writer.pending), layout.relative(layout.final(fid)), inode=writer.inode)
 
 
 class _FileWriter:
@@ -72,6 +77,7 @@ class _FileWriter:
         self.pending = pending
         self.spark_schema = schema
         self.records = 0
+        self.inode = 0
         self._file: Any = None
         self._parquet: Any = None
 
@@ -116,8 +122,20 @@ class _FileWriter:
 
     def pre_commit(self) -> None:
         self._close(sync=True)
-        # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
-        os.rename(self.path, self.pending)
+        # A link, not a rename: a rename would silently replace a pending file of the same
+        # id. Attempt numbers restart per driver run and stage attempt, so a zombie of this
+        # id could replace the live attempt's pending file, or stage a stray one next to
+        # the final file the driver already made of it. The link also fails when a recovery
+        # fenced (deleted) this attempt meanwhile: a zombie stops here.
+        try:
+            os.link(self.path, self.pending)
+        except FileExistsError:
+            raise TransactionError(
+                f"Cannot pre-commit '{self.path.name}': another writer of the same id already pre-committed "
+                f"'{self.pending}' (a zombie attempt of an earlier run or stage attempt). This attempt fails and "
+                "Spark retries it; recovery deletes its file.", retriable=True) from None
+        self.inode = self.pending.stat().st_ino
+        self.path.unlink()
         fsync_dir(self.pending.parent)
 
     def abort(self) -> None:

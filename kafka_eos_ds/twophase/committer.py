@@ -8,7 +8,8 @@ place that orders the steps, so every sink built on it gets the same guarantees:
 * ``commit`` is idempotent per write (:mod:`.identity`); ``abort`` never touches a
   decided write;
 * recovery commits what was decided and fences everything else the writer left open;
-* a decided participant that turns out aborted fails loudly (TransactionLostError).
+* a decided participant that turns out aborted fails loudly (TransactionLostError), and
+  so does one whose outcome can no longer be told (TransactionError, never a guess).
 
 It calls only the ports declared in :mod:`.protocol`; nothing here knows Kafka.
 """
@@ -389,6 +390,12 @@ class TwoPhaseCommitter:
                 f"({', '.join(p.id for p in lost)}); their records are not in the output. "
                 + self.participants.lost_message(lost)
             )
+        unknown = [p for p, outcome in outcomes if outcome is Outcome.UNKNOWN]
+        if unknown:
+            raise TransactionError(
+                f"Cannot tell whether batch {decision.batch_id} of query {decision.query_id} committed: the outcome "
+                f"of {len(unknown)} of its {len(parts)} decided transaction(s) can no longer be told. "
+                + self.participants.unknown_outcome_message(unknown), retriable=False)
 
     def _commit_one(self, participant: Participant) -> Outcome:
         outcome: Outcome = self._retrying(lambda: self.participants.commit(participant),

@@ -75,9 +75,9 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                              "after a lost checkpoint, a decided batch whose first transaction committed is "
                              "finished only by the recovery of the new query's first batch: with no new input "
                              "within the transaction timeout, the rest is lost, silently"),
-    "expired-id-after-commit": (expired_id_after_commit, {"false-lost"},
-                                "a committed transaction whose id expired (or moved to a newer epoch) is "
-                                "classified lost: a fully committed batch fails every restart"),
+    "expired-id-after-commit": (expired_id_after_commit, set(),
+                                "fixed: a committed transaction whose id expired (or moved to a newer epoch) was "
+                                "classified lost (it is now 'cannot tell': a loud stop that names what to check)"),
     "file-zombie-decision": (file_zombie_decision, set(),
             "fixed: a zombie driver of the file sink wrote its stale decision over a newer one (decisions are now numbered files created only if absent)"),
     "file-zombie-rename": (file_zombie_rename, set(),
