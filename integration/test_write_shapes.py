@@ -99,12 +99,13 @@ def test_every_micro_batch_written_inside_foreachbatch_commits_in_both_sinks(fan
 # Each point hits one write of micro-batch 1 (``*2``: its second write, the file sink; the
 # first is the Kafka write), then the pipeline restarts from its checkpoint: Spark runs
 # micro-batch 1 again, whose writes that were already committed must add nothing.
+# CI's gate runs the partly committed Kafka write; the full profile every point.
 @pytest.mark.parametrize("point, kafka_visible", [
-    ("driver-before-decision@1", BATCH),                 # Kafka write undecided: aborted, re-run rewrites it
+    pytest.param("driver-before-decision@1", BATCH, marks=pytest.mark.full),  # Kafka write undecided: aborted
     ("driver-after-first-commit@1", None),               # Kafka write partly committed: recovery finishes it
-    ("driver-after-done@1", 2 * BATCH),                  # Kafka write done, the file write never started
-    ("driver-after-first-commit@1*2", 2 * BATCH),        # Kafka write done, the file write partly committed
-    ("driver-after-all-commits@1*2", 2 * BATCH),         # both committed, Spark's commit log not written
+    pytest.param("driver-after-done@1", 2 * BATCH, marks=pytest.mark.full),  # Kafka write done, file write not started
+    pytest.param("driver-after-first-commit@1*2", 2 * BATCH, marks=pytest.mark.full),  # file write partly committed
+    pytest.param("driver-after-all-commits@1*2", 2 * BATCH, marks=pytest.mark.full),  # commit log not written
     pytest.param("commit-raise@1", None, marks=pytest.mark.full),  # commit() raises: abort keeps the decision
 ])
 def test_a_driver_crash_in_a_foreachbatch_write_leaves_both_outputs_exactly_once(fanout, point, kafka_visible):
@@ -124,6 +125,7 @@ def test_a_driver_crash_in_a_foreachbatch_write_leaves_both_outputs_exactly_once
     fanout.assert_exactly_once()
 
 
+@pytest.mark.full  # 3.5 minutes; each of its points has a case above
 def test_a_pipeline_killed_again_and_again_keeps_both_outputs_exactly_once(fanout):
     """A run killed at a different point of a different write each time, then drained:
     2,400 records in 16 micro-batches, two writes each."""
@@ -254,6 +256,7 @@ def test_another_sinks_open_decision_write_never_yields_a_stale_decision(kafka, 
 
 # -- operators -----------------------------------------------------------------------------
 
+@pytest.mark.full  # an operator's tool; the sink's own finishing runs in the gate (crash point 3)
 def test_an_operator_finishes_a_decided_batch_without_the_query(fanout, tmp_path):
     """The driver dies mid-commit and the query is not restarted (or, after a lost
     checkpoint, has no new input to run a batch with): ``kafka-eos transactions finish``

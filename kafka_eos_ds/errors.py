@@ -57,6 +57,11 @@ class TransactionLostError(TransactionError):
     """A participant that the driver decided to commit was aborted instead."""
 
 
+class TransactionOutcomeUnknownError(TransactionError):
+    """Whether a participant the driver decided to commit committed can no longer be told
+    (the coordinator's evidence is gone): never guessed, the operator checks the output."""
+
+
 class DataLossError(KafkaEosError):
     """Offsets the query needs are gone and ``failOnDataLoss`` is true."""
 
@@ -68,5 +73,6 @@ __all__ = [
     "TransactionError",
     "TransactionFencedError",
     "TransactionLostError",
+    "TransactionOutcomeUnknownError",
     "DataLossError",
 ]

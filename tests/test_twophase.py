@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
+from kafka_eos_ds.errors import (KafkaClientError, TransactionError, TransactionLostError,
+                                  TransactionOutcomeUnknownError)
 from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Kind, Outcome, Participant,
                                    RecoveryContext, TwoPhaseCommitter, WriteId, plan_abort, plan_commit, plan_recovery)
 from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.twophase.protocol import DecisionState
 from kafka_eos_tools import faults as injection
 
 
@@ -539,3 +541,18 @@ def test_an_operator_commits_a_decided_batch_and_writes_nothing_else():
     tpc.commit_decided(decided)
     assert events == [("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0"), ("commit", "p-1-0")]
     assert log.latest() == decided  # no decision written, nothing fenced
+
+
+def test_another_jobs_decision_whose_outcome_cannot_be_told_stops_one_later_job_not_every_one():
+    """A batch job that died after its decision leaves it to the next job on the sink. When
+    its outcome can no longer be told (its transactions expired), that job fails loudly
+    once, and the decision is recorded so; the next job then goes on (as after a loss)."""
+    died = WriteId(Kind.JOB, "j0", 0, job="j0")
+    tpc, log, events = committer(outcomes={"p-0-0": [Outcome.UNKNOWN]})
+    log.records.append((died.key, Decision("j0", 0, DECIDED, (part(0),))))
+    with pytest.raises(TransactionOutcomeUnknownError, match="Cannot tell whether batch 0 of query j0"):
+        tpc.commit(WriteId(Kind.JOB, "j1", 0, job="j1"), [part(1)])
+    assert log.latest(died.key).state == DecisionState.UNTOLD
+    tpc.commit(WriteId(Kind.JOB, "j2", 0, job="j2"), [part(2)])
+    assert ("commit", "p-2-0") in events and events[-1] == ("forget", WriteId(Kind.JOB, "j2", 0, job="j2").key)  # done, then forgotten
+    assert [e for e in events if e[0] == "commit"].count(("commit", "p-0-0")) == 1

@@ -43,6 +43,9 @@ class DecisionState(str, enum.Enum):
     # A batch job's decision found partly aborted (a TransactionLostError said so): nothing
     # more can be done for it, and later writers need not stop on it again.
     LOST = "lost"
+    # A batch job's decision some of whose transactions' outcome could no longer be told
+    # (a TransactionOutcomeUnknownError said so, once): later writers need not stop on it.
+    UNTOLD = "untold"
 
 
 DECIDED = DecisionState.DECIDED
