@@ -1,0 +1,99 @@
+"""The crash tests' faults read from a file, one run after another in one driver, and the
+choice of which faults need a driver of their own (kafka_eos_tools.faults)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_eos_ds.twophase import faults
+from kafka_eos_tools import faults as injection
+
+
+@pytest.fixture
+def fault_file(monkeypatch, tmp_path):
+    """A hooked process whose faults come from a file, as the warm driver's workers."""
+    for name in (injection.ENV, injection.GATE_ENV, injection.COUNTS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    path = str(tmp_path / "faults.json")
+    monkeypatch.setenv(injection.FILE_ENV, path)
+    faults.install(injection.inject)
+    yield path
+    faults.install(None)
+
+
+def test_each_run_gets_the_faults_of_the_file_as_it_is_at_each_check(fault_file):
+    faults.check("commit-raise", batch=1)               # no file yet: no fault
+    injection.write_file(fault_file, "commit-raise@1")
+    with pytest.raises(injection.InjectedFault):
+        faults.check("commit-raise", batch=1)
+    injection.write_file(fault_file, None)              # the next run: no fault
+    faults.check("commit-raise", batch=1)
+    injection.write_file(fault_file, "task-before-precommit@2#1:raise")
+    faults.check("commit-raise", batch=1)
+    with pytest.raises(injection.InjectedFault):
+        faults.check("task-before-precommit", batch=2, partition=1, attempt=0)
+
+
+def test_an_unchanged_file_is_not_read_again(fault_file, monkeypatch):
+    injection.write_file(fault_file, "driver-after-decision@7:raise")
+    reads = []
+    load = injection.json.load
+    monkeypatch.setattr(injection.json, "load", lambda f: reads.append(1) or load(f))
+    for _ in range(5):
+        faults.check("driver-after-decision", batch=1)
+    assert len(reads) <= 1
+    injection.write_file(fault_file, "driver-after-decision@1:raise")
+    with pytest.raises(injection.InjectedFault):
+        faults.check("driver-after-decision", batch=1)
+    assert len(reads) <= 2
+
+
+def test_the_nth_match_counts_per_run_in_the_files_directory(fault_file, tmp_path):
+    for run in ("run-1", "run-2"):  # each run counts afresh, in its own directory
+        injection.write_file(fault_file, "commit-raise@1*2", counts=str(tmp_path / run))
+        faults.check("commit-raise", batch=1)
+        with pytest.raises(injection.InjectedFault):
+            faults.check("commit-raise", batch=1)
+        faults.check("commit-raise", batch=1)
+
+
+def test_the_gate_is_the_one_the_file_names(fault_file, tmp_path, monkeypatch):
+    gate = tmp_path / "gate"
+    injection.write_file(fault_file, "driver-after-reading-decision:gate", gate=str(gate))
+    monkeypatch.setattr(injection, "GATE_WAIT_S", 0.2)  # nobody opens it: the point gives up
+    with pytest.raises(injection.InjectedFault, match="not opened"):
+        faults.check("driver-after-reading-decision")
+    assert gate.read_text() == "driver-after-reading-decision"
+
+
+def test_the_file_environment_names_the_hook_and_the_file():
+    assert injection.file_environment("/tmp/f.json") == {
+        "KAFKA_EOS_FAULT_FILE": "/tmp/f.json", "KAFKA_EOS_FAULT_HOOK": "kafka_eos_tools.faults:inject"}
+
+
+@pytest.mark.parametrize("spec", [
+    "driver-before-decision@1",                      # kill by default: the JVM's process group
+    "driver-after-first-commit@1:kill",
+    "driver-after-done@1:exit",
+    "driver-after-all-commits@1*2",
+    "commit-raise@1,driver-after-decision@3",         # one killing item is enough
+    "driver-after-decision@x",                        # does not parse: the safe side
+])
+def test_a_fault_that_can_end_the_driver_needs_a_driver_of_its_own(spec):
+    assert injection.kills_driver(spec)
+
+
+@pytest.mark.parametrize("spec", [
+    None,
+    "",
+    "task-before-precommit@3#0!0",                    # kills a task's Python worker only
+    "task-after-precommit@14#1!0:exit",
+    "commit-raise@1",                                 # raises by default
+    "commit-raise:kill",                              # not a driver-* point: this worker only
+    "driver-after-first-commit@1:raise",
+    "driver-before-decision@1:sleep30",
+    "driver-after-reading-decision:gate",
+    "commit-raise@1,driver-after-reading-decision@1:gate",
+])
+def test_a_fault_that_leaves_the_driver_running_may_share_one(spec):
+    assert not injection.kills_driver(spec)
