@@ -28,8 +28,6 @@ import signal
 import time
 from typing import Mapping, Optional
 
-from kafka_eos_ds.twophase.faults import HOOK_ENV
-
 _SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(\*(?P<nth>\d+))?"
                    r"(:(?P<action>\w+))?$")
 ENV = "KAFKA_EOS_FAULT"
@@ -47,7 +45,7 @@ def environment(spec: str, gate: Optional[str] = None, counts: Optional[str] = N
     """The environment variables that inject ``spec`` into a process and its children
     (``gate``: the file a ``gate`` action creates and waits on; ``counts``: the directory
     where ``*n`` faults count their matches)."""
-    env = {ENV: spec, HOOK_ENV: f"{__name__}:inject"}
+    env = {ENV: spec, **_hook_environment()}
     if gate is not None:
         env[GATE_ENV] = gate
     if counts is not None:
@@ -58,7 +56,16 @@ def environment(spec: str, gate: Optional[str] = None, counts: Optional[str] = N
 def file_environment(path: str) -> dict[str, str]:
     """The environment variables of a driver whose faults are read from the file ``path``
     at every check (written by :func:`write_file`; no file: no faults)."""
-    return {FILE_ENV: path, HOOK_ENV: f"{__name__}:inject"}
+    return {FILE_ENV: path, **_hook_environment()}
+
+
+def _hook_environment() -> dict[str, str]:
+    # Imported here, not at the top: in a process started with this environment, importing
+    # the product loads the hook from this module, which may itself be importing then (it
+    # is, when it is imported before the product: the warm driver's process).
+    from kafka_eos_ds.twophase.faults import HOOK_ENV
+
+    return {HOOK_ENV: f"{__name__}:inject"}
 
 
 def write_file(path: str, spec: Optional[str], gate: Optional[str] = None, counts: Optional[str] = None) -> None:

@@ -3,6 +3,11 @@ choice of which faults need a driver of their own (kafka_eos_tools.faults)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from kafka_eos_ds.twophase import faults
@@ -69,6 +74,18 @@ def test_the_gate_is_the_one_the_file_names(fault_file, tmp_path, monkeypatch):
 def test_the_file_environment_names_the_hook_and_the_file():
     assert injection.file_environment("/tmp/f.json") == {
         "KAFKA_EOS_FAULT_FILE": "/tmp/f.json", "KAFKA_EOS_FAULT_HOOK": "kafka_eos_tools.faults:inject"}
+
+
+def test_a_process_started_with_the_hook_may_import_the_tooling_first(tmp_path):
+    """The warm driver's process has the hook in its environment and imports this module
+    before the product; the product's import then loads the hook from it, half imported."""
+    env = {**os.environ, **injection.file_environment(str(tmp_path / "faults.json"))}
+    code = ("import kafka_eos_tools.faults as tooling\n"
+            "from kafka_eos_ds.twophase import faults\n"
+            "assert faults._hook is tooling.inject, faults._hook\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("spec", [
