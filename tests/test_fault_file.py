@@ -1,5 +1,5 @@
 """The crash tests' faults read from a file, one run after another in one driver, and the
-choice of which faults need a driver of their own (kafka_eos_tools.faults)."""
+choice of which runs may share that driver (kafka_eos_tools.faults, integration.warm_driver)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.warm_driver import runs_warm
 from kafka_eos_ds.twophase import faults
 from kafka_eos_tools import faults as injection
 
@@ -98,6 +99,7 @@ def test_a_process_started_with_the_hook_may_import_the_tooling_first(tmp_path):
 ])
 def test_a_fault_that_can_end_the_driver_needs_a_driver_of_its_own(spec):
     assert injection.kills_driver(spec)
+    assert not runs_warm(spec)
 
 
 @pytest.mark.parametrize("spec", [
@@ -114,3 +116,10 @@ def test_a_fault_that_can_end_the_driver_needs_a_driver_of_its_own(spec):
 ])
 def test_a_fault_that_leaves_the_driver_running_may_share_one(spec):
     assert not injection.kills_driver(spec)
+    assert runs_warm(spec)
+    assert runs_warm(spec, ["--foreach-batch", "--file-path", "/tmp/out", "--txn-app-id", "app"])
+
+
+@pytest.mark.parametrize("job_args", [["--jars", "/x.jar"], ["--jars=/x.jar"], ["--master", "local[1]"]])
+def test_a_run_that_needs_its_own_session_gets_its_own_driver(job_args):
+    assert not runs_warm(None, job_args)
