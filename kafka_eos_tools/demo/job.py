@@ -145,6 +145,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sink-format", default="kafka_eos",
                         help="kafka_eos, or kafka for Spark's built-in sink (needs --jars)")
     parser.add_argument("--jars", default=None, help="spark.jars (for the built-in Kafka connector)")
+    parser.add_argument("--driver-java-options", default=None, help="spark.driver.extraJavaOptions")
     parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
     parser.add_argument("--foreach-batch", action="store_true",
                         help="write each micro-batch with df.write inside foreachBatch")
@@ -155,7 +156,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spark = session(args.master, args.jars)
+    spark = session(args.master, args.jars, args.driver_java_options)
     query, drain = start(spark, args)
     stopping: list = []
     # SIGTERM is a clean stop: the query finishes its current step and stops.
@@ -165,9 +166,10 @@ def main(argv=None) -> int:
     return 0
 
 
-def session(master: Optional[str], jars: Optional[str]):
+def session(master: Optional[str], jars: Optional[str], java_options: Optional[str] = None):
     """The job's SparkSession, with the sources registered (``master``: default local[2];
-    under spark-submit, the one it was given)."""
+    under spark-submit, the one it was given). ``java_options``: the driver JVM's, passed
+    to spark-submit when this process starts the JVM."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -178,6 +180,8 @@ def session(master: Optional[str], jars: Optional[str]):
     # (spark-submit starts the JVM first and hands Python its gateway port.)
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(master or "local[2]")
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     spark = (builder.appName("kafka-eos-demo")
              .config("spark.sql.shuffle.partitions", "3")
              .config("spark.ui.enabled", "false")
