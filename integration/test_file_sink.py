@@ -91,7 +91,7 @@ def test_overwrite_mode_is_refused(spark, tmp_path):
 # -- crash injection -----------------------------------------------------------------
 
 @pytest.fixture
-def files(kafka, new_topic, tmp_path):
+def files(kafka, new_topic, tmp_path, warm_driver):
     """Topic IN (seeded), an output directory, a checkpoint, and helpers bound to them."""
     input_topic = new_topic(2, prefix="fin")
     seed(kafka.bootstrap, input_topic, RECORDS)
@@ -106,7 +106,7 @@ def files(kafka, new_topic, tmp_path):
         def run(fault=None):
             return run_pipeline(kafka.bootstrap, input_topic, "unused", F.checkpoint, "unused", fault=fault,
                                 max_offsets=BATCH, log_dir=tmp_path / "logs", sink_format="kafka_eos_file",
-                                sink_options=[f"path={F.out}"])
+                                sink_options=[f"path={F.out}"], warm=warm_driver)
 
         @staticmethod
         def audit(expected=RECORDS):

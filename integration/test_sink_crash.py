@@ -30,7 +30,7 @@ BATCH = 150
 
 
 @pytest.fixture
-def pipeline(kafka, new_topic, tmp_path):
+def pipeline(kafka, new_topic, tmp_path, warm_driver):
     """Topics IN (seeded) and OUT, a checkpoint, a prefix, and helpers bound to them."""
     input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
     seed(kafka.bootstrap, input_topic, RECORDS)
@@ -48,7 +48,7 @@ def pipeline(kafka, new_topic, tmp_path):
         @staticmethod
         def run(fault=None, **kw):
             return run_pipeline(kafka.bootstrap, input_topic, output_topic, P.checkpoint, P.prefix, fault=fault,
-                                max_offsets=BATCH, log_dir=tmp_path / "logs", **kw)
+                                max_offsets=BATCH, log_dir=tmp_path / "logs", warm=warm_driver, **kw)
 
         @staticmethod
         def visible():

@@ -35,7 +35,7 @@ BATCH = 150
 
 
 @pytest.fixture
-def fanout(kafka, new_topic, tmp_path):
+def fanout(kafka, new_topic, tmp_path, warm_driver):
     """Topics IN (seeded) and OUT, an output directory, a checkpoint; helpers bound to them."""
     input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
     seed(kafka.bootstrap, input_topic, RECORDS)
@@ -47,12 +47,13 @@ def fanout(kafka, new_topic, tmp_path):
         out_dir = tmp_path / "files"
         checkpoint = str(tmp_path / "checkpoint")
         output = output_topic
+        warm = warm_driver
 
         @staticmethod
         def run(fault=None, extra=()):
             return run_pipeline(kafka.bootstrap, input_topic, output_topic, F.checkpoint, F.prefix, fault=fault,
                                 max_offsets=BATCH, log_dir=tmp_path / "logs",
-                                job_args=["--foreach-batch", "--file-path", str(F.out_dir), *extra])
+                                job_args=["--foreach-batch", "--file-path", str(F.out_dir), *extra], warm=warm_driver)
 
         @staticmethod
         def seed_more(records):
@@ -178,7 +179,7 @@ def test_a_batch_job_on_a_streams_prefix_never_hides_the_streams_decision(fanout
     written twice)."""
     stream = lambda fault=None: run_pipeline(  # noqa: E731  (the stream's own sink, not foreachBatch)
         fanout.conf["bootstrap.servers"], fanout.input, fanout.output, fanout.checkpoint, fanout.prefix,
-        fault=fault, max_offsets=BATCH, log_dir=tmp_path / "logs")
+        fault=fault, max_offsets=BATCH, log_dir=tmp_path / "logs", warm=fanout.warm)
     assert_crashed(stream("driver-after-done@1"))
     job_topic = fanout.output  # the job writes the same topic: its ids are told apart by value
     job = _batch_job(fanout.conf["bootstrap.servers"], job_topic, fanout.prefix, 10_000, 10, tmp_path)
@@ -210,7 +211,7 @@ def test_two_streams_on_one_prefix_stop_loudly_naming_both(fanout, kafka, new_to
     that way); the first, started again, must stop before writing, naming both."""
     def stream(input_topic, checkpoint):
         return run_pipeline(kafka.bootstrap, input_topic, fanout.output, checkpoint, fanout.prefix,
-                            max_offsets=BATCH, log_dir=tmp_path / "logs")
+                            max_offsets=BATCH, log_dir=tmp_path / "logs", warm=fanout.warm)
 
     first = stream(fanout.input, fanout.checkpoint)
     assert first.returncode == 0, first.log[-3000:]
