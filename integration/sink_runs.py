@@ -24,8 +24,8 @@ from kafka_eos_tools import faults
 from kafka_eos_tools.demo.chaos import seed_input
 
 # A driver process of its own serves one run of tens of seconds: the JIT's top tier (C2)
-# and G1's concurrent work cost it more CPU than they save (measured: a 4-batch run took
-# about 30% less CPU with these; docs/testing.md). The warm driver keeps the defaults.
+# and G1's concurrent work cost it more CPU than they save (measured by hand on a 4-batch
+# run: about 30% less CPU with these). The warm driver keeps the defaults.
 SHORT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
