@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 NORMALIZE = [
     "base64(key) AS key", "base64(value) AS value", "topic", "partition", "offset",
@@ -40,14 +41,14 @@ def main(spec_path: str, out_path: str) -> None:
     spark = spark_builder("builtin-kafka-rows", jars).getOrCreate()
     try:
         results = []
-        for read in json.load(open(spec_path)):
+        for read in json.loads(Path(spec_path).read_text()):
             try:
                 results.append(_run(spark, read))
             except Exception as exc:  # any failure of the built-in is its answer
                 if not read.get("expect_error"):
                     raise
                 results.append({"error": str(exc)})
-        json.dump({"connector": version, "results": results}, open(out_path, "w"))
+        Path(out_path).write_text(json.dumps({"connector": version, "results": results}))
     finally:
         spark.stop()
 

@@ -211,7 +211,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     cols = ["sink", "records_in", "records_out", "duplicates", "losses", "order_violations",
             "tail_duplicates", "bounces", "runs", "seconds"]
     widths = [max(len(c), 9) + 2 for c in cols]
-    terminalreporter.write_line("scenario".ljust(34) + "".join(c.rjust(w) for c, w in zip(cols, widths)))
+    terminalreporter.write_line("scenario".ljust(34) + "".join(c.rjust(w) for c, w in zip(cols, widths, strict=True)))
     for name, row in _CHAOS_ROWS:
         terminalreporter.write_line(name[:33].ljust(34)
-                                    + "".join(str(row.get(c, "")).rjust(w) for c, w in zip(cols, widths)))
+                                    + "".join(str(row.get(c, "")).rjust(w) for c, w in zip(cols, widths, strict=True)))

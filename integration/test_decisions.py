@@ -39,8 +39,7 @@ from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.kafka_sink import KafkaSink
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.task_writer import _PartitionWriter
-from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
+from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
 
 SCHEMA = StructType([StructField("value", StringType())])

@@ -8,10 +8,8 @@ runs once, in a child process, for every comparison (see ``integration/builtin_r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -367,8 +365,8 @@ def test_pattern_assign_and_timestamp_positions(spark, kafka, new_topic):
     b = new_topic(partitions=1, prefix=prefix, config={"retention.ms": "-1"})
     base = NOW_MS - 600_000
     for topic in (a, b):
-        produce(kafka.bootstrap, topic, [{"value": f"{i}|{topic}".encode(), "partition": 0, "timestamp": base + i * 1000}
-                                         for i in range(10)])
+        produce(kafka.bootstrap, topic, [{"value": f"{i}|{topic}".encode(), "partition": 0,
+                                          "timestamp": base + i * 1000} for i in range(10)])
     by_pattern = normalized(spark.read.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
                             .option("subscribePattern", f"{prefix}-.*").load(), headers=False)
     assert sorted({r[2] for r in by_pattern}) == sorted([a, b]) and len(by_pattern) == 20

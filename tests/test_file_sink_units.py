@@ -10,12 +10,21 @@ import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
-from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, _FileWriter, write_files
-from kafka_eos_ds.twophase import (DECIDED, DONE, Decision, DoneMark, Kind, Outcome, Participant, TwoPhaseCommitter,
-                                   WriteId)
+from kafka_eos_ds.twophase import (
+    DECIDED,
+    DONE,
+    Decision,
+    DoneMark,
+    Kind,
+    Outcome,
+    Participant,
+    TwoPhaseCommitter,
+    WriteId,
+)
 from kafka_eos_ds.twophase.writers import Task
 
 W = writer_dir("q:query")  # the staging directory of stream "query"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType)
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
+from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink import transactional_ids as ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
-from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
 from kafka_eos_ds.twophase import Outcome
 from tests.test_twophase import FakeLog

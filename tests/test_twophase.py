@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_eos_ds.errors import (KafkaClientError, TransactionError, TransactionLostError,
-                                  TransactionOutcomeUnknownError)
-from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Kind, Outcome, Participant,
-                                   RecoveryContext, TwoPhaseCommitter, WriteId, plan_abort, plan_commit, plan_recovery)
-from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
+from kafka_eos_ds.twophase import (
+    ABANDONED,
+    DECIDED,
+    DONE,
+    Decision,
+    DoneMark,
+    Kind,
+    Outcome,
+    Participant,
+    RecoveryContext,
+    TwoPhaseCommitter,
+    WriteId,
+    faults,
+    plan_abort,
+    plan_commit,
+    plan_recovery,
+)
 from kafka_eos_ds.twophase.protocol import DecisionState
 from kafka_eos_tools import faults as injection
 
@@ -554,5 +567,6 @@ def test_another_jobs_decision_whose_outcome_cannot_be_told_stops_one_later_job_
         tpc.commit(WriteId(Kind.JOB, "j1", 0, job="j1"), [part(1)])
     assert log.latest(died.key).state == DecisionState.UNTOLD
     tpc.commit(WriteId(Kind.JOB, "j2", 0, job="j2"), [part(2)])
-    assert ("commit", "p-2-0") in events and events[-1] == ("forget", WriteId(Kind.JOB, "j2", 0, job="j2").key)  # done, then forgotten
+    done = ("forget", WriteId(Kind.JOB, "j2", 0, job="j2").key)  # recorded done, then forgotten
+    assert ("commit", "p-2-0") in events and events[-1] == done
     assert [e for e in events if e[0] == "commit"].count(("commit", "p-0-0")) == 1
