@@ -111,6 +111,25 @@ def test_a_client_of_the_parent_process_is_neither_used_nor_closed_after_a_fork(
     assert parents.closed == 0
 
 
+def test_a_kept_client_whose_check_fails_is_closed_and_replaced(clients):
+    sessions = ClientSessions()
+    conf = {"bootstrap.servers": "b:9092"}
+    checked = []
+
+    def check(client):
+        checked.append(client)
+        if client is clients[0]:
+            raise ConnectionError("the cluster moved")
+
+    first = _use(sessions, conf)
+    with sessions.session(conf, _Client, on_reuse=check) as second:
+        assert second is not first
+    assert checked == [first] and first.closed == 1
+    with sessions.session(conf, _Client, on_reuse=check) as third:
+        assert third is second  # checked, and kept
+    assert checked == [first, second]
+
+
 def test_a_building_error_is_raised_and_nothing_is_kept(clients):
     sessions = ClientSessions()
 
@@ -140,7 +159,7 @@ class _Coordinator:
     state = "Ongoing"  # what DescribeTransactions shows for every transaction
 
     def __init__(self, conf):
-        self.closed = 0
+        self.closed = self.refreshed = 0
         _Coordinator.built.append(self)
 
     def describe_many(self, ids):
@@ -150,6 +169,9 @@ class _Coordinator:
 
     def list_transactions(self, pattern):
         return []
+
+    def refresh(self):
+        self.refreshed += 1
 
     def close(self):
         self.closed += 1
@@ -208,7 +230,9 @@ def test_driver_steps_of_one_process_share_one_coordinator_client_but_fence_the_
     sink, logs, shared = driver
     for batch in (0, 1, 2):
         sink.commit(WriteId(Kind.STREAM, "q", batch), [_participant()])
-    assert len(_Coordinator.built) == 1 and _Coordinator.built[0].closed == 0
+    kept = _Coordinator.built
+    # Kept, and its broker list read again by each later step, as a new client would.
+    assert len(kept) == 1 and (kept[0].closed, kept[0].refreshed) == (0, 2)
     # A decision log per step, its writer fenced before the step read anything, closed after.
     assert len(logs) == 3 and all(log.fenced and log.closed for log in logs)
     assert [(d.batch_id, d.state.value) for _, d in shared.records] == [

@@ -10,7 +10,8 @@ A client kept by the process answers the next step from warm connections and its
 of coordinators (a coordinator that moved is dropped from that cache by the first call
 that finds it moved, as within one step).
 
-Only the client is kept, never anything a step decided with: each step still builds its
+Only the client is kept (the sink reads its broker list again when a step takes it),
+never anything a step decided with: each step still builds its
 own decision log and fences the decision writer first (docs/dev/decisions.md, "One
 coordinator client per driver process").
 
@@ -76,13 +77,21 @@ class ClientSessions:
 
     @contextlib.contextmanager
     def session(self, conf: Mapping[str, Any], factory: Callable[[Mapping[str, Any]], T],
-                start: Optional[Callable[[Callable[[], T]], T]] = None) -> Iterator[T]:
-        """A client of ``factory`` for ``conf``: the one kept from an earlier step, or a new
+                start: Optional[Callable[[Callable[[], T]], T]] = None,
+                on_reuse: Optional[Callable[[T], None]] = None) -> Iterator[T]:
+        """A client of ``factory`` for ``conf``: the one kept from an earlier step (after
+        ``on_reuse(client)``; if that raises, the client is closed and replaced), or a new
         one (built through ``start(build)``, e.g. with the caller's retries). One step
         holds it at a time; it is kept again when the step ends without an error and
         closed when the step raises."""
         key = (factory, fingerprint(conf))
         kept = self._take(key)
+        if kept is not None and on_reuse is not None:
+            try:
+                on_reuse(kept.client)
+            except Exception:
+                _close(kept.client)
+                kept = None
         if kept is None:
             client = start(lambda: factory(conf)) if start is not None else factory(conf)
             kept = _Kept(client, self._clock(), os.getpid())

@@ -153,7 +153,8 @@ class KafkaSink:
         # anew before any read (docs/dev/decisions.md, "One coordinator client per driver
         # process").
         with SESSIONS.session(cfg.producer, TransactionCoordinator,
-                              lambda build: self._retry(build, "Could not reach the coordinator")) as coordinator:
+                              lambda build: self._retry(build, "Could not reach the coordinator"),
+                              on_reuse=lambda kept: kept.refresh()) as coordinator:
             decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, prefix, write.writer)
             try:
                 if metadata is not None:
