@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -115,3 +116,63 @@ def test_default_kafka4_broker_runs_transaction_protocol_v2(kafka):
     finally:
         admin.close()
     assert features["transaction.version"]["finalized"] == (2, 2)
+
+
+def test_a_late_end_txn_commits_the_next_transaction_of_a_producer_that_kept_its_epoch(kafka, new_topic):
+    """Why a task's producer is never kept for the next batch (docs/dev/decisions.md, "Task
+    producers are not kept across batches"): librdkafka runs every transaction of one
+    producer under one epoch, so an EndTxn(commit) sent late for the transaction the driver
+    already committed commits the producer's next one, undecided. A new producer per batch
+    (``init_transactions()``: a new epoch) has the same late EndTxn refused."""
+    from kafka_eos_ds.kafka.coordinator import (
+        INVALID_PRODUCER_EPOCH,
+        NONE,
+        PRODUCER_FENCED,
+        TransactionCoordinator,
+        TxnStatus,
+    )
+
+    topic = new_topic()
+    tid = f"kept-{topic}"
+    with TransactionCoordinator({"bootstrap.servers": kafka.bootstrap}) as coordinator:
+        def settled(state: str) -> None:
+            for _ in range(500):
+                if coordinator.describe(tid).state == state:
+                    return
+                time.sleep(0.01)
+            raise AssertionError(f"{tid} never reached {state}")
+
+        def visible() -> list:
+            return [r.value for r in consume_all(kafka.bootstrap, topic, "read_committed")]
+
+        kept = _transactional_producer(kafka.bootstrap, tid)
+        kept.begin_transaction()
+        kept.produce(topic, value=b"batch-1")
+        kept.flush(30)
+        first = coordinator.describe(tid)
+        # The driver commits batch 1; the kept producer completes it on its side and begins batch 2.
+        assert coordinator.end_txn(tid, first.producer_id, first.producer_epoch, commit=True) == NONE
+        settled(TxnStatus.COMPLETE_COMMIT)
+        kept.commit_transaction(60)
+        kept.begin_transaction()
+        kept.produce(topic, value=b"batch-2")
+        kept.flush(30)
+        second = coordinator.describe(tid)
+        assert (second.state, second.producer_id, second.producer_epoch) == (
+            TxnStatus.ONGOING, first.producer_id, first.producer_epoch)
+        assert visible() == [b"batch-1"]
+        # A late EndTxn of batch 1 (a zombie driver, a resent request) commits batch 2.
+        assert coordinator.end_txn(tid, first.producer_id, first.producer_epoch, commit=True) == NONE
+        settled(TxnStatus.COMPLETE_COMMIT)
+        assert visible() == [b"batch-1", b"batch-2"]
+
+        # Today's path: a new producer, a new epoch; the same late EndTxn is refused.
+        fresh = _transactional_producer(kafka.bootstrap, tid)
+        fresh.begin_transaction()
+        fresh.produce(topic, value=b"batch-3")
+        fresh.flush(30)
+        assert coordinator.describe(tid).producer_epoch > first.producer_epoch
+        refused = coordinator.end_txn(tid, first.producer_id, first.producer_epoch, commit=True)
+        assert refused in (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH)  # the name depends on the request version
+        assert visible() == [b"batch-1", b"batch-2"]
+        fresh.abort_transaction(60)

@@ -135,6 +135,13 @@ class TransactionCoordinator:
         except Exception:  # closing must never mask the error that made us close
             pass
 
+    def refresh(self) -> None:
+        """Read the cluster's brokers again: for a client kept from an earlier driver step
+        (:mod:`.driver_session`), so that it lists transactions on every broker, as a new
+        client would."""
+        with mapping_client_errors("refresh the cluster's brokers", self._conf):
+            self._channel.refresh()
+
     def __enter__(self) -> "TransactionCoordinator":
         return self
 

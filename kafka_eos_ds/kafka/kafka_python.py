@@ -66,6 +66,12 @@ class CoordinatorChannel:
 
         return admin._manager.run(go)
 
+    def refresh(self) -> None:
+        """Read the cluster's brokers again (one metadata request): a client kept from an
+        earlier driver step lists transactions on every broker its metadata names."""
+        manager = self._admin._manager
+        manager.run(manager.cluster.refresh_metadata)
+
     def forget(self, key: str, *, group: bool) -> None:
         """Drop the cached coordinator of ``key``: after a move the cached node is wrong."""
         from kafka.protocol.metadata import CoordinatorType

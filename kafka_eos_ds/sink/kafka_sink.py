@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+from collections import OrderedDict
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -21,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+from kafka_eos_ds.kafka.driver_session import SESSIONS, fingerprint
 from kafka_eos_ds.kafka.errors import AuthWatch, mapping_client_errors
 from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.options import Options
@@ -145,20 +148,25 @@ class KafkaSink:
     def _committer(self, write: WriteId, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
         cfg = self.config
         prefix = cfg.prefix or ""
-        coordinator = self._retry(lambda: TransactionCoordinator(cfg.producer), "Could not reach the coordinator")
-        decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, prefix, write.writer)
-        try:
-            if metadata is not None:
-                self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
-            # Before any read: a stalled write of an earlier driver cannot land after it.
-            self._retry(decisions.fence_writers, "Could not start the commit-log writer")
-            transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
-            yield TwoPhaseCommitter(decisions, transactions, progress_store=transactions,
-                                    commit_timeout_s=self.commit_timeout_s,
-                                    time_needed_s=commit_time_needed_s(self.commit_timeout_s))
-        finally:
-            decisions.close()
-            coordinator.close()
+        # The coordinator client is the process's, kept from its earlier steps (closed if
+        # this step raises); the decision log is this step's own, and its writer is fenced
+        # anew before any read (docs/dev/decisions.md, "One coordinator client per driver
+        # process").
+        with SESSIONS.session(cfg.producer, TransactionCoordinator,
+                              lambda build: self._retry(build, "Could not reach the coordinator"),
+                              on_reuse=lambda kept: kept.refresh()) as coordinator:
+            decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, prefix, write.writer)
+            try:
+                if metadata is not None:
+                    self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
+                # Before any read: a stalled write of an earlier driver cannot land after it.
+                self._retry(decisions.fence_writers, "Could not start the commit-log writer")
+                transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
+                yield TwoPhaseCommitter(decisions, transactions, progress_store=transactions,
+                                        commit_timeout_s=self.commit_timeout_s,
+                                        time_needed_s=commit_time_needed_s(self.commit_timeout_s))
+            finally:
+                decisions.close()
 
     def _retry(self, call: Any, failure: str) -> Any:
         return retrying(call, failure, self.commit_timeout_s, then=_SETUP)
@@ -173,10 +181,28 @@ class KafkaSink:
         return progress
 
 
+# Checked options kept per process: Spark builds the writer again in every driver step
+# (and checking builds a librdkafka client); the same options and schema check the same.
+_CHECKED: OrderedDict[str, tuple[SinkConfig, float]] = OrderedDict()
+_CHECKED_KEPT = 8
+_checked_lock = threading.Lock()
+
+
 def sink_of(schema: StructType, options: Mapping[str, Any]) -> KafkaSink:
-    config = SinkConfig.from_options(options, schema)
-    timeout_ms = Options(options).get_int("commitTimeoutMs", 120_000, minimum=1000) or 120_000
-    return KafkaSink(config, timeout_ms / 1000)
+    key = fingerprint({"schema": schema.json(), **{f"option.{k}".lower(): v for k, v in dict(options).items()}})
+    with _checked_lock:
+        checked = _CHECKED.get(key)
+        if checked is not None:
+            _CHECKED.move_to_end(key)
+    if checked is None:
+        config = SinkConfig.from_options(options, schema)  # a refusal is never kept: it is raised each time
+        timeout_ms = Options(options).get_int("commitTimeoutMs", 120_000, minimum=1000) or 120_000
+        checked = (config, timeout_ms / 1000)
+        with _checked_lock:
+            _CHECKED[key] = checked
+            while len(_CHECKED) > _CHECKED_KEPT:
+                _CHECKED.popitem(last=False)
+    return KafkaSink(*checked)
 
 
 def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:

@@ -46,6 +46,9 @@ class ModelChannel:
     def forget(self, key: str, *, group: bool) -> None:
         pass
 
+    def refresh(self) -> None:
+        pass  # the model's coordinator answers for every id: no broker list to go stale
+
     def api_version(self, request_class: Any) -> int:
         return 2  # ListTransactions v2 (KIP-1152): the brokers filter by id pattern
 
