@@ -1,11 +1,16 @@
-"""The executor side of the file sink: Arrow batches -> one in-progress file -> pending.
+"""The executor side of the file sink: Arrow batches -> one file per partition -> pending.
 
-A task of batch N writes its rows to ``_kafka_eos/<writer>/in-progress/<id>.<ext>``
-(opened at the first row, so an empty task creates nothing). Pre-commit closes the file,
-fsyncs it, renames it to ``_kafka_eos/<writer>/pending/<id>.<ext>`` and fsyncs the
-directory (:mod:`.layout`): from
-then on the file survives any crash but no reader of DIR sees it. The commit message
-names the pending file and the final name the driver will rename it to.
+A task of batch N splits its rows by partition (:mod:`.partitions`; one file when the
+table is not partitioned) and writes each partition's rows to a file of its own:
+
+* on a store that renames (local, HDFS): ``_kafka_eos/<writer>/in-progress/<id>[.<k>].<ext>``
+  (created exclusively at the partition's first row, so an empty task creates nothing);
+  pre-commit closes each file durably and renames it to ``.../pending/...`` (:mod:`.layout`):
+  from then on the file survives any crash but no reader of DIR sees it;
+* on S3: a multipart upload at the file's final key (:mod:`.uploads`), whose last part
+  pre-commit sends.
+
+The commit message names every file and where the driver puts it.
 """
 
 from __future__ import annotations
@@ -14,15 +19,17 @@ import base64
 import datetime
 import decimal
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable
+from pathlib import PurePath
+from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
 from pyspark.sql.datasource import WriterCommitMessage
 
 from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.layout import FileId, fsync_dir
+from kafka_eos_ds.filesink.handles import StagedFile, handle_of
+from kafka_eos_ds.filesink.layout import FileId
+from kafka_eos_ds.storage import RenameStore
+from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
 from kafka_eos_ds.twophase.task import already_decided, run_task
@@ -31,7 +38,9 @@ from kafka_eos_ds.twophase.writers import Task
 
 @dataclass
 class FileCommitMessage(WriterCommitMessage):
-    """One task's pre-committed file (``records`` 0: no file)."""
+    """One task's pre-committed files (``records`` 0: no file). ``pending``/``final``: the
+    one file of an unpartitioned task on a store that renames; ``files``: otherwise
+    (:mod:`.handles`)."""
 
     write: WriteId
     file_id: str
@@ -40,69 +49,119 @@ class FileCommitMessage(WriterCommitMessage):
     records: int
     pending: str = ""  # relative to the sink directory
     final: str = ""
+    files: tuple[dict[str, Any], ...] = ()
 
     def participant(self) -> Participant:
-        return Participant(self.file_id, self.partition, self.attempt, self.records,
-                           {"pending": self.pending, "final": self.final})
+        handle = {"files": list(self.files)} if self.files else {"pending": self.pending, "final": self.final}
+        return Participant(self.file_id, self.partition, self.attempt, self.records, handle)
 
 
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
                 schema: Any) -> FileCommitMessage:
-    """One task: its rows in one in-progress file, renamed to pending; the message for the driver."""
+    """One task: its rows in one file per partition, pre-committed; the message for the driver."""
+    store = config.store()
     fid = FileId.of(task.write, task.partition, task.attempt)
+    # On S3 every attempt of a task uploads to the same keys: the id is the task's (:mod:`.layout`).
+    pid = str(fid) if store.renames else str(fid.of_task())
     if already_decided(mark, task, items):
-        return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, 0)
-    layout = config.layout
-    layout.ensure(fid.writer)
-    writer = _FileWriter(config.file_format, layout.in_progress(fid), layout.pending(fid), schema)
-    records = run_task(writer, items, task)
+        return FileCommitMessage(task.write, pid, task.partition, task.attempt, 0)
+    files = _TaskFiles(config, fid, schema)
+    records = run_task(files, items, task)
     if records == 0:
-        return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, 0)
-    return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, records,
-                             layout.relative(writer.pending), layout.relative(layout.final(fid)))
+        return FileCommitMessage(task.write, pid, task.partition, task.attempt, 0)
+    handle = handle_of(files.staged())
+    if "files" in handle:
+        return FileCommitMessage(task.write, pid, task.partition, task.attempt, records,
+                                 files=tuple(handle["files"]))
+    return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, handle["pending"],
+                             handle["final"])
 
 
-class _FileWriter:
-    """One task's in-progress file (a :class:`~kafka_eos_ds.twophase.TaskTransaction`);
-    created at the first row, renamed to ``pending`` at pre-commit."""
+class _TaskFiles:
+    """One task attempt's files, one per partition (a :class:`~kafka_eos_ds.twophase.TaskTransaction`)."""
 
-    def __init__(self, file_format: str, path: Path, pending: Path, schema: Any) -> None:
+    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any) -> None:
+        self.config = config
+        self.fid = fid
+        self.schema = schema
+        self.store = config.store()
+        self._writers: dict[str, _Writer] = {}
+
+    def write_all(self, items: Iterable[Any]) -> int:
+        records = 0
+        for batch in _record_batches(items, self.schema):
+            for directory, rows in self.config.partitioning.split(batch):
+                if rows.num_rows:
+                    self._writer(directory).write_batch(rows)
+                    records += rows.num_rows
+        return records
+
+    def pre_commit(self) -> None:
+        for writer in self._writers.values():
+            writer.pre_commit()
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+
+    def staged(self) -> list[StagedFile]:
+        layout = self.config.layout
+        out = []
+        for directory, writer in self._writers.items():
+            if isinstance(writer, _FileWriter):
+                out.append(StagedFile(layout.relative(layout.final(self.fid, directory)),
+                                      layout.relative(PurePath(writer.pending)), directory, writer.records))
+            else:
+                assert isinstance(writer.output, _UploadOutput)
+                out.append(writer.output.staged(directory, writer.records,
+                                                layout.relative(layout.upload(self.fid, directory))))
+        return out
+
+    def _writer(self, directory: str) -> "_Writer":
+        writer = self._writers.get(directory)
+        if writer is None:
+            layout = self.config.layout
+            k = len(self._writers) if self.config.partitioning.columns else None
+            if self.store.renames:
+                writer = _FileWriter(self.config.file_format, layout.in_progress(self.fid, k),
+                                     layout.pending(self.fid, k), self.schema, self.store)  # type: ignore[arg-type]
+            else:
+                from kafka_eos_ds.filesink.uploads import UploadOutput
+
+                key = str(layout.upload(self.fid, directory))
+                output = UploadOutput(self.store, key, self.config.part_size, str(self.fid))  # type: ignore[arg-type]
+                writer = _Writer(self.config.file_format, lambda: output, self.schema)
+                writer.output = output
+            self._writers[directory] = writer
+        return writer
+
+
+_UploadOutput: Any = None  # set on first use (uploads imports boto3 only for S3 tables)
+
+
+class _Writer:
+    """One file being written: Arrow batches encoded as Parquet or JSON lines into the
+    output ``open_output()`` gives at the first row; ``pre_commit`` finishes it."""
+
+    def __init__(self, file_format: str, open_output: Callable[[], IO[bytes]], schema: Any) -> None:
         self.file_format = file_format
-        self.path = path
-        self.pending = pending
         self.spark_schema = schema
         self.records = 0
+        self.output: Any = None
+        self._open_output = open_output
         self._file: Any = None
         self._parquet: Any = None
 
     def write_all(self, items: Iterable[Any]) -> int:
-        rows: list[dict[str, Any]] = []
-        for item in items:
-            if hasattr(item, "num_columns"):
-                self._write_batch(item)
-            else:  # pyspark 4.0 hands rows
-                rows.append(item.asDict(recursive=True) if hasattr(item, "asDict") else item)
-                if len(rows) >= 10_000:
-                    self._write_rows(rows)
-                    rows = []
-        if rows:
-            self._write_rows(rows)
+        for batch in _record_batches(items, self.spark_schema):
+            self.write_batch(batch)
         return self.records
 
-    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        self._write_batch(pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.spark_schema)))
-
-    def _write_batch(self, batch: Any) -> None:
+    def write_batch(self, batch: Any) -> None:
         if batch.num_rows == 0:
             return
         if self._file is None:
-            # Exclusive create: a leftover writer of the same id (its old run's worker
-            # still alive) makes this attempt fail and be retried under a new id, rather
-            # than two writers sharing one file.
-            self._file = open(self.path, "xb")  # noqa: SIM115 (open across write calls; closed by _close)
+            self._file = self._open_output()
         if self.file_format == "parquet":
             import pyarrow.parquet as pq
 
@@ -115,31 +174,67 @@ class _FileWriter:
         self.records += batch.num_rows
 
     def pre_commit(self) -> None:
-        self._close(sync=True)
-        # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
-        os.rename(self.path, self.pending)
-        fsync_dir(self.pending.parent)
+        self._close(finish=True)
 
     def abort(self) -> None:
-        opened = self._file is not None
-        try:
-            self._close(sync=False)
-        finally:
-            if opened:  # never delete a file this attempt did not create
-                self.path.unlink(missing_ok=True)
+        self._close(finish=False)
 
-    def _close(self, sync: bool) -> None:
+    def _close(self, finish: bool) -> None:
         parquet, self._parquet = self._parquet, None
         file, self._file = self._file, None
         try:
             if parquet is not None:
                 parquet.close()  # writes the footer; leaves our file object open
-            if file is not None and sync:
-                file.flush()
-                os.fsync(file.fileno())
         finally:
             if file is not None:
-                file.close()
+                file.close() if finish else file.discard()
+
+
+class _FileWriter(_Writer):
+    """A file on a store that renames: created at ``path`` (in-progress) at the first row,
+    renamed to ``pending`` at pre-commit."""
+
+    def __init__(self, file_format: str, path: PurePath, pending: PurePath, schema: Any,
+                 store: Optional[RenameStore] = None) -> None:
+        self.store: RenameStore = store or LocalStore()
+        self.path = path
+        self.pending = pending
+        super().__init__(file_format, lambda: self.store.create(str(path)), schema)
+
+    def pre_commit(self) -> None:
+        super().pre_commit()
+        # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
+        self.store.rename(str(self.path), str(self.pending))
+
+    def abort(self) -> None:
+        opened = self._file is not None
+        try:
+            super().abort()
+        finally:
+            if opened:  # never delete a file this attempt did not create
+                self.store.delete(str(self.path))
+
+
+def _record_batches(items: Iterable[Any], spark_schema: Any) -> Iterator[Any]:
+    """Spark's Arrow batches as they come; rows (pyspark 4.0) gathered into batches."""
+    rows: list[dict[str, Any]] = []
+    for item in items:
+        if hasattr(item, "num_columns"):
+            yield item
+        else:
+            rows.append(item.asDict(recursive=True) if hasattr(item, "asDict") else item)
+            if len(rows) >= 10_000:
+                yield _to_batch(rows, spark_schema)
+                rows = []
+    if rows:
+        yield _to_batch(rows, spark_schema)
+
+
+def _to_batch(rows: list[dict[str, Any]], spark_schema: Any) -> Any:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(spark_schema))
 
 
 def _json_value(value: Any) -> Any:
