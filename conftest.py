@@ -42,6 +42,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.gate)
         if item.path.is_relative_to(unit_tests):
             item.add_marker(pytest.mark.matrix)
+            # A warning fails a unit test. Not an integration test: pyspark's and py4j's
+            # own sockets are left to the garbage collector there (ResourceWarning).
+            item.add_marker(pytest.mark.filterwarnings("error"))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -39,7 +39,6 @@ from bench import workloads as w
 from bench.memory import WorkerMemory
 from integration.helpers import create_topic, produce
 
-
 # Sink workloads by the columns they write (workloads.sink_write's ``columns``).
 SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
 
@@ -334,7 +333,8 @@ def failures(results: list[Measurement]) -> list[str]:
 
 
 def markdown(rows: list[dict], machine: dict, failed: list[str] = ()) -> str:
-    fmt = lambda x, spec=".2f", unit="x": "" if x is None else f"{x:{spec}}{unit}"
+    def fmt(x, spec=".2f", unit="x"):
+        return "" if x is None else f"{x:{spec}}{unit}"
     lines = [f"Machine: {machine['cpus']} cores, Python {machine['python']}, pyspark {machine['pyspark']}, "
              f"built-in connector {machine['builtin_connector']}, Kafka {machine['kafka']}; profile "
              f"{machine['profile']}, median of {machine['reps']} runs; {machine['date']}, "
@@ -411,7 +411,7 @@ def charts(rows: list[dict], out: Path, profile: Profile) -> list[Path]:
     main = [r for r in rows if r["partitions"] == profile.partitions and r["batches"] == profile.batches[0]]
     sizes = sorted({r["size"] for r in main})
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, workload in zip(axes, ("source", "sink", "pipeline")):
+    for ax, workload in zip(axes, ("source", "sink", "pipeline"), strict=False):
         variants = sorted({r["variant"] for r in main if r["workload"] == workload})
         for i, variant in enumerate(variants):
             ys = [next((r["mb_per_s"] for r in main if r["workload"] == workload and r["variant"] == variant
@@ -428,7 +428,8 @@ def charts(rows: list[dict], out: Path, profile: Profile) -> list[Path]:
     by_parts = [r for r in spark_rows if r["batches"] == profile.batches[0]]
     by_batch = [{**r, "per_batch": r["records"] / r["batches"]} for r in spark_rows
                 if r["workload"] == "pipeline" and r["partitions"] == profile.partitions]
-    label = lambda r: f"{r['workload']}: {r['variant']}"
+    def label(r):
+        return f"{r['workload']}: {r['variant']}"
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     drawn = [
         _curves(axes[0][0], by_parts, "partitions", "records_per_s", label),
@@ -454,9 +455,8 @@ def charts(rows: list[dict], out: Path, profile: Profile) -> list[Path]:
 
 
 def _spark(jars: str, baseline_rev: str | None = None):
-    from integration.conftest import spark_builder
-
     import kafka_eos_ds
+    from integration.conftest import spark_builder
 
     spark = (spark_builder("kafka-eos-bench", jars).config("spark.driver.memory", "2g")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
@@ -480,7 +480,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-scaling", action="store_true", help="only the main matrix")
     parser.add_argument("--baseline-read", metavar="REV",
                         help="also read with kafka_eos_ds/source/reading.py as of git revision REV")
-    parser.add_argument("--out", default=None, help="output directory (default: a temp dir for smoke, docs/bench for full)")
+    parser.add_argument("--out", default=None,
+                        help="output directory (default: a temp dir for smoke, docs/bench for full)")
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     if args.sizes:
@@ -495,7 +496,8 @@ def main(argv=None) -> int:
     out = Path(args.out or ("bench/results" if args.profile == "full" else tempfile.mkdtemp(prefix="bench-")))
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    log = lambda s: print(s, flush=True)
+    def log(s):
+        return print(s, flush=True)
     from integration.builtin_kafka import builtin_kafka_jars
 
     jars, connector = builtin_kafka_jars()
@@ -528,7 +530,8 @@ def main(argv=None) -> int:
     results: list[Measurement] = []
     try:
         runner = Runner(spark, bootstrap, profile, min(args.brokers, 3), log, only, bool(args.baseline_read))
-        variants_of = lambda c: list(runner.variants(c))
+        def variants_of(c):
+            return list(runner.variants(c))
         configs = [c for c in plan(profile, not args.no_scaling) if variants_of(c)]
         planned = estimate_s(configs, profile, variants_of, profile.warmup)
         log(f"{len(configs)} configurations, {sum(len(variants_of(c)) for c in configs) * profile.reps} measured "

@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 import uuid
-
 from dataclasses import dataclass
 
 from bench.formats import COMMIT_LOG_OPTION, CommitLog

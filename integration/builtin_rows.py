@@ -9,13 +9,15 @@ microseconds, headers as JSON) so both sides compare as plain values.
     python -m integration.builtin_rows SPEC.json OUT.json
     SPEC = [{"options": {...}}, ...]   # batch reads of format("kafka")
     an entry {"write": [[key, value], ...], "options": {...}} is a batch write instead
-    (its result is an empty list)
+    (its result is an empty list; "schema" gives other columns, e.g. a partition);
+    with "expect_error": true, an entry that fails gives {"error": message} as its result
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 NORMALIZE = [
     "base64(key) AS key", "base64(value) AS value", "topic", "partition", "offset",
@@ -39,19 +41,27 @@ def main(spec_path: str, out_path: str) -> None:
     spark = spark_builder("builtin-kafka-rows", jars).getOrCreate()
     try:
         results = []
-        for read in json.load(open(spec_path)):
-            options = read["options"]
-            if "write" in read:
-                spark.createDataFrame(read["write"], "key string, value string").write.format("kafka") \
-                    .options(**options).mode("append").save()
-                results.append([])
-                continue
-            df = spark.read.format("kafka").options(**options).load()
-            headers = str(options.get("includeHeaders", "false")).lower() == "true"
-            results.append([list(r) for r in normalized(df, headers)])
-        json.dump({"connector": version, "results": results}, open(out_path, "w"))
+        for read in json.loads(Path(spec_path).read_text()):
+            try:
+                results.append(_run(spark, read))
+            except Exception as exc:  # any failure of the built-in is its answer
+                if not read.get("expect_error"):
+                    raise
+                results.append({"error": str(exc)})
+        Path(out_path).write_text(json.dumps({"connector": version, "results": results}))
     finally:
         spark.stop()
+
+
+def _run(spark, read: dict) -> list:
+    options = read["options"]
+    if "write" in read:
+        spark.createDataFrame(read["write"], read.get("schema", "key string, value string")).write \
+            .format("kafka").options(**options).mode("append").save()
+        return []
+    df = spark.read.format("kafka").options(**options).load()
+    headers = str(options.get("includeHeaders", "false")).lower() == "true"
+    return [list(r) for r in normalized(df, headers)]
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import pytest
 
 from integration import storage
 from integration.helpers import create_topic, unique_name
+from integration.warm_driver import WarmDriver
 
 
 @dataclass
@@ -170,12 +171,29 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
+@pytest.fixture(scope="session")
+def warm_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Optional[WarmDriver]]:
+    """The session's long-lived driver for pipeline runs that no fault can kill
+    (:mod:`integration.warm_driver`), started on first use; ``KAFKA_EOS_WARM_DRIVER=0``:
+    none, every run gets a driver process of its own."""
+    if os.environ.get("KAFKA_EOS_WARM_DRIVER", "1") == "0":
+        yield None
+        return
+    driver = WarmDriver(tmp_path_factory.mktemp("warm-driver"))
+    _WARM_DRIVERS.append(driver)
+    try:
+        yield driver
+    finally:
+        driver.close()
+
+
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> str:
     return str(tmp_path / "checkpoint")
 
 
 _CHAOS_ROWS: list = []
+_WARM_DRIVERS: list = []
 
 
 @pytest.fixture(scope="session")
@@ -185,13 +203,15 @@ def chaos_summary() -> list:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    for driver in _WARM_DRIVERS:
+        terminalreporter.write_line(f"warm driver: {driver.runs} pipeline runs in {driver.starts} driver process(es)")
     if not _CHAOS_ROWS:
         return
     terminalreporter.section("exactly-once audit under chaos")
     cols = ["sink", "records_in", "records_out", "duplicates", "losses", "order_violations",
             "tail_duplicates", "bounces", "runs", "seconds"]
     widths = [max(len(c), 9) + 2 for c in cols]
-    terminalreporter.write_line("scenario".ljust(34) + "".join(c.rjust(w) for c, w in zip(cols, widths)))
+    terminalreporter.write_line("scenario".ljust(34) + "".join(c.rjust(w) for c, w in zip(cols, widths, strict=True)))
     for name, row in _CHAOS_ROWS:
         terminalreporter.write_line(name[:33].ljust(34)
-                                    + "".join(str(row.get(c, "")).rjust(w) for c, w in zip(cols, widths)))
+                                    + "".join(str(row.get(c, "")).rjust(w) for c, w in zip(cols, widths, strict=True)))

@@ -65,9 +65,9 @@ class Pipeline:
 
 def new_pipeline(cluster: EmbeddedKafka, records: int, partitions: int = 2) -> Pipeline:
     """Fresh input (seeded with ``records`` ids) and output topics, made by the admin."""
-    from kafka_eos_tools.demo.chaos import _produce_ids
-
     from confluent_kafka import Producer
+
+    from kafka_eos_tools.demo.chaos import _produce_ids
 
     admin = cluster.admin_config()
     pipe = Pipeline(create_topic(cluster.bootstrap, unique_name("in"), partitions, 1, client=admin),

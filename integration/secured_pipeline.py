@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 
 def main(spec_path: str) -> int:
-    spec = json.load(open(spec_path))
+    spec = json.loads(Path(spec_path).read_text())
     # The caller's sitecustomize sends kafka_eos_ds records at DEBUG to stderr, here and in
     # Spark's Python workers; everything else Python logs goes there too.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
@@ -62,7 +63,7 @@ def main(spec_path: str) -> int:
         spark.stop()
     print("QUERY EXCEPTION:", result["exception"])
     print("QUERY PROGRESS:", json.dumps(result["progress"][-1:] if result["progress"] else None))
-    json.dump(result, open(spec["result"], "w"))
+    Path(spec["result"]).write_text(json.dumps(result))
     return 0 if result["exception"] is None else 1
 
 

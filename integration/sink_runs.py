@@ -3,7 +3,9 @@
 The pipeline is :mod:`kafka_eos_tools.demo.job` (read IN with ``format("kafka_eos")``,
 upper-case the value, write OUT with ``format("kafka_eos")``), in its own session so a
 ``driver-*`` fault's process-group kill takes the JVM and every Python worker with it,
-and nothing of a run survives it.
+and nothing of a run survives it. Given the session's warm driver
+(:mod:`integration.warm_driver`), a run that no fault can kill runs there instead, saving
+a JVM and a SparkSession start.
 """
 
 from __future__ import annotations
@@ -17,8 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from integration.warm_driver import WarmDriver, runs_warm
 from kafka_eos_tools import faults
 from kafka_eos_tools.demo.chaos import seed_input
+
+# A driver process of its own serves one run of tens of seconds: the JIT's top tier (C2)
+# and G1's concurrent work cost it more CPU than they save (measured by hand on a 4-batch
+# run: about 30% less CPU with these). The warm driver keeps the defaults.
+SHORT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @dataclass
@@ -26,6 +34,7 @@ class Run:
     returncode: int
     log: str
     seconds: float
+    warm: bool = False  # ran in the warm driver, not in a driver process of its own
 
     @property
     def killed(self) -> bool:
@@ -44,32 +53,40 @@ def seed(bootstrap: str, topic: str, records: int, keys: int = 16, start: int = 
 def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, prefix: str, *,
                  fault: Optional[str] = None, sink_options: Sequence[str] = (), max_offsets: int = 150,
                  timeout: float = 150.0, log_dir: Optional[Path] = None, sink_format: str = "kafka_eos",
-                 gate: Optional[str] = None, job_args: Sequence[str] = ()) -> Run:
+                 gate: Optional[str] = None, job_args: Sequence[str] = (),
+                 warm: Optional[WarmDriver] = None) -> Run:
     """One driver run with ``availableNow`` (drain IN, then exit); killed after ``timeout``.
 
     ``gate``: the file a ``gate`` fault creates and waits on (:mod:`kafka_eos_tools.faults`);
-    ``job_args``: more arguments of :mod:`kafka_eos_tools.demo.job` (e.g. ``--foreach-batch``).
+    ``job_args``: more arguments of :mod:`kafka_eos_tools.demo.job` (e.g. ``--foreach-batch``);
+    ``warm``: the warm driver, used when :func:`~integration.warm_driver.runs_warm` allows.
 
     ``sink_format="kafka_eos_file"`` writes files instead (pass ``path=DIR`` in
     ``sink_options``; the output topic is then unused)."""
-    cmd = [sys.executable, "-m", "kafka_eos_tools.demo.job", "--bootstrap", bootstrap, "--input", input_topic,
-           "--output", output_topic, "--checkpoint", checkpoint, "--prefix", prefix,
-           "--max-offsets", str(max_offsets), "--available-now",
-           # local[2,3]: a failed task is retried (attempt 1, 2), as on a cluster.
-           "--master", "local[2,3]", "--sink-format", sink_format]
+    args = ["--bootstrap", bootstrap, "--input", input_topic, "--output", output_topic, "--checkpoint", checkpoint,
+            "--prefix", prefix, "--max-offsets", str(max_offsets), "--available-now",
+            # local[2,3]: a failed task is retried (attempt 1, 2), as on a cluster.
+            "--master", "local[2,3]", "--sink-format", sink_format]
     for option in sink_options:
-        cmd += ["--sink-option", option]
-    cmd += list(job_args)
-    env = {k: v for k, v in os.environ.items() if k not in faults.environment("", "", "")}
+        args += ["--sink-option", option]
+    args += list(job_args)
     log_path = Path(log_dir or checkpoint + "-logs")
     log_path.mkdir(parents=True, exist_ok=True)
     stamp = int(time.time() * 1000)
     log_file = log_path / f"run-{stamp}.log"
-    if fault:
-        env.update(faults.environment(fault, gate, str(log_path / f"fault-counts-{stamp}")))
+    counts = str(log_path / f"fault-counts-{stamp}")
     started = time.monotonic()
+    if warm is not None and runs_warm(fault, job_args):
+        rc, text = warm.run(args, fault, gate, counts, timeout)
+        log_file.write_text(text)
+        return Run(rc, text, time.monotonic() - started, warm=True)
+    env = {k: v for k, v in os.environ.items() if k not in faults.environment("", "", "")}
+    if fault:
+        env.update(faults.environment(fault, gate, counts))
     with open(log_file, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "kafka_eos_tools.demo.job", *args,
+                                 f"--driver-java-options={SHORT_DRIVER_JAVA_OPTIONS}"], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]))
         try:
             rc = proc.wait(timeout)

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.full  # the harness, not the product: checked before benchmarks are run
 def test_benchmark_harness_runs_and_writes_its_reports(kafka, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", "--profile", "smoke", "--bootstrap", kafka.bootstrap,

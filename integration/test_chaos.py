@@ -25,13 +25,14 @@ RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
 TIME_LIMITS = {"reduced": 900, "full": 2400}
 
 
-def _cases(by_profile: dict, gate: str | None) -> list:
-    """Every scenario of every profile, as ``(profile, scenario)`` parameters; those not of
-    the ``gate`` profile are marked ``full``. Each gets its profile's time limit."""
+def _cases(by_profile: dict, gate: str | None, gate_scenarios: int = 0) -> list:
+    """Every scenario of every profile, as ``(profile, scenario)`` parameters; all but the
+    first ``gate_scenarios`` of the ``gate`` profile are marked ``full``. Each gets its
+    profile's time limit."""
     return [pytest.param(profile, scenario, id=f"{profile}: {scenario.name}",
                          marks=[pytest.mark.timeout(TIME_LIMITS[profile]),
-                                *([] if profile == gate else [pytest.mark.full])])
-            for profile, scenarios in by_profile.items() for scenario in scenarios]
+                                *([] if profile == gate and i < gate_scenarios else [pytest.mark.full])])
+            for profile, scenarios in by_profile.items() for i, scenario in enumerate(scenarios)]
 
 
 def _report(name: str, profile: str, result, sink: str, chaos_summary: list) -> None:
@@ -52,7 +53,10 @@ def _record(name: str, profile: str, payload: dict) -> None:
         fh.write(json.dumps({"scenario": name, "profile": profile, **payload}) + "\n")
 
 
-@pytest.mark.parametrize("profile, scenario", _cases(PROFILES, gate="reduced"))
+# CI's gate runs the first reduced scenario (2 -> 3 partitions, mixed broker bounces: the
+# shape of Kafka's own transaction system test); the full profile every scenario at both
+# scales.
+@pytest.mark.parametrize("profile, scenario", _cases(PROFILES, gate="reduced", gate_scenarios=1))
 def test_exactly_once_under_bounces(kafka3, tmp_path, profile, scenario, chaos_summary):
     plan = ChaosPlan(
         bootstrap=kafka3.bootstrap, workdir=tmp_path, records=scenario.records,

@@ -81,11 +81,11 @@ def test_driver_side_clients_are_built_with_every_setting(kafka, new_topic, monk
 
     from kafka_eos_ds.sink.config import SinkConfig
     from kafka_eos_ds.sink.kafka_sink import KafkaSink
-    from kafka_eos_ds.twophase import DoneMark, Kind, WriteId, WriteSpec
-    from kafka_eos_ds.twophase.writers import Task
     from kafka_eos_ds.source.group_commit import GroupOffsetCommitter
     from kafka_eos_ds.source.metadata import KafkaMetadata
     from kafka_eos_ds.source.options import SourceOptions
+    from kafka_eos_ds.twophase import DoneMark, Kind, WriteId, WriteSpec
+    from kafka_eos_ds.twophase.writers import Task
 
     topic = new_topic(2)
     produce(kafka.bootstrap, topic, [{"key": b"k", "value": b"v"}] * 10)

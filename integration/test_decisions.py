@@ -6,6 +6,8 @@
   becomes visible;
 * a decision of a query whose checkpoint was lost is finished or abandoned only when
   recovery can tell whether it started; otherwise recovery fails;
+* a decided transaction whose id moved on since (initialised again) is never called lost:
+  its outcome cannot be told, and the restart says so and stops;
 * an older batch's commit (a driver that fell behind) never overwrites a newer decision.
 
 The first two need Spark (the pipeline subprocess of :mod:`.sink_runs`); the others drive
@@ -19,6 +21,7 @@ import time
 import zlib
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -36,8 +39,7 @@ from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.kafka_sink import KafkaSink
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.task_writer import _PartitionWriter
-from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
+from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
 
 SCHEMA = StructType([StructField("value", StringType())])
@@ -99,6 +101,26 @@ def test_a_deleted_commit_log_fails_the_restart_loudly_and_writes_nothing(pipeli
     time.sleep(2)
     assert len(pipeline.visible()) == visible           # nothing written, nothing committed
     assert pipeline.open_ids() == open_before           # nothing fenced either
+
+
+def test_a_committed_batch_whose_id_was_initialised_again_is_never_reported_lost(pipeline):  # noqa: F811
+    """Batch 1 is fully committed when the driver dies before recording it done; then a
+    zombie initialises one of its ids, which moves the id's epoch on. The coordinator
+    keeps only the id's latest state, so nothing shows any more that the transaction
+    committed. The restart must not call it lost ("their records are not in the output",
+    whose remedy writes the batch again): it stops, saying it cannot tell and what to
+    check, and writes nothing."""
+    assert_crashed(pipeline.run("driver-after-all-commits@1"))
+    assert _visible_once_markers_land(pipeline, 2 * BATCH) == 2 * BATCH
+    zombie = Producer({"bootstrap.servers": pipeline.bootstrap, "transactional.id": f"{pipeline.prefix}-0-0"})
+    zombie.init_transactions(30)
+    run = pipeline.run()
+    assert run.returncode != 0, run.log[-3000:]
+    assert "TransactionLostError" not in run.log and "not in the output" not in run.log, run.log[-3000:]
+    assert "Cannot tell whether batch 1 of query" in run.log, run.log[-3000:]
+    assert f"{pipeline.prefix}-0-0 ran under producer" in run.log and "read_committed" in run.log
+    report = pipeline.audit()  # batches 0 and 1, each record once; nothing written after the stop
+    assert report.duplicates == 0 and report.unique_out == report.records_out == 2 * BATCH, report.table()
 
 
 # -- the sink's driver and tasks, without Spark ------------------------------------
@@ -194,9 +216,11 @@ def test_a_lost_checkpoints_decision_whose_start_cannot_be_told_fails_recovery(s
 
 
 def test_an_older_batch_committed_after_a_newer_one_is_refused(sink):
-    older = sink.precommitted(1, [f"b4-{i}" for i in range(20)], "q", 4)   # held by a driver that fell behind
     newer = sink.precommitted(0, [f"b5-{i}" for i in range(30)], "q", 5)
     sink.driver.commit(newer.write, [newer.participant()])
+    # A driver that fell behind holds batch 4, pre-committed only now: batch 5's clean-up
+    # did not fence it, so a driver that committed it would make it visible.
+    older = sink.precommitted(1, [f"b4-{i}" for i in range(20)], "q", 4)
     with pytest.raises(TransactionError, match="Refusing to commit batch 4 of query q") as info:
         KafkaSink(sink.config, commit_timeout_s=30).commit(older.write, [older.participant()])
     assert not info.value.retriable

@@ -17,8 +17,8 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[1]  # the tooling 
 
 
 def test_demo_is_exactly_once_with_driver_crashes(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "kafka_eos_tools", "demo", "--records", "3000", "--crashes", "1", "--seed", "7",
-                           "--workdir", str(tmp_path / "demo"), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "kafka_eos_tools", "demo", "--records", "3000", "--crashes", "1",
+                           "--seed", "7", "--workdir", str(tmp_path / "demo"), "--json"],
                           capture_output=True, text=True, timeout=420, cwd=str(REPO))
     assert proc.returncode == 0, f"pyspark {pyspark.__version__}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     report = json.loads(proc.stdout)

@@ -53,6 +53,7 @@ def test_open_transaction_holds_back_read_committed(kafka, new_topic):
     assert [r.value for r in consume_all(kafka.bootstrap, topic, "read_committed")] == [b"pending"]
 
 
+@pytest.mark.full  # the gate's 3-broker cluster (kafka3) starts and stops through the same code
 def test_cli_three_brokers_start_and_stop_leave_no_process(tmp_path, kafka):
     if kafka.kind != "embedded":
         pytest.skip(f"the broker CLI is tested with the embedded Kafka; this run uses {kafka.kind}")

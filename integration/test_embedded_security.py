@@ -14,12 +14,12 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from integration.helpers import consume_all, create_topic, unique_name
+from integration.secured import start_secured
 
 # The secured brokers themselves, checked with plain librdkafka clients: the pipeline tests
 # (test_security.py) start every mode and run the product on it; these run in the full
 # profile (integration/conftest.py).
 pytestmark = pytest.mark.full
-from integration.secured import start_secured
 
 
 @pytest.fixture(scope="module")

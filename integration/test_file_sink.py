@@ -91,7 +91,7 @@ def test_overwrite_mode_is_refused(spark, tmp_path):
 # -- crash injection -----------------------------------------------------------------
 
 @pytest.fixture
-def files(kafka, new_topic, tmp_path):
+def files(kafka, new_topic, tmp_path, warm_driver):
     """Topic IN (seeded), an output directory, a checkpoint, and helpers bound to them."""
     input_topic = new_topic(2, prefix="fin")
     seed(kafka.bootstrap, input_topic, RECORDS)
@@ -106,7 +106,7 @@ def files(kafka, new_topic, tmp_path):
         def run(fault=None):
             return run_pipeline(kafka.bootstrap, input_topic, "unused", F.checkpoint, "unused", fault=fault,
                                 max_offsets=BATCH, log_dir=tmp_path / "logs", sink_format="kafka_eos_file",
-                                sink_options=[f"path={F.out}"])
+                                sink_options=[f"path={F.out}"], warm=warm_driver)
 
         @staticmethod
         def audit(expected=RECORDS):
@@ -123,8 +123,8 @@ def files(kafka, new_topic, tmp_path):
     return F
 
 
-def _finishes_exactly_once(f):
-    run = f.run()
+def _finishes_exactly_once(f, fault=None):
+    run = f.run(fault)
     assert run.returncode == 0, run.log[-3000:]
     report = f.audit()
     assert report.ok, report
@@ -133,12 +133,18 @@ def _finishes_exactly_once(f):
 
 @pytest.mark.full  # CI runs points 3, 5 and 9 of the file sink; the full profile all
 def test_1_task_dies_before_precommit_is_retried_and_its_file_deleted(files):
-    run = files.run("task-before-precommit@1#0!0")
+    # In the last batch (2): no later recovery runs, so only the batch's commit can have
+    # deleted the dead attempt's in-progress file.
+    run = files.run("task-before-precommit@2#0!0")
     assert run.returncode == 0, run.log[-3000:]
+    # Attempt 1 of partition 0 won batch 2 (attempt 0 died) ...
+    decision = json.loads((files.out / "_kafka_eos" / "decision.json").read_text())
+    assert decision["batchId"] == 2 and decision["state"] == "done", decision
+    assert [(t["partition"], t["attempt"]) for t in decision["transactions"]] == [(0, 1), (1, 0)], decision
     report = files.audit()
-    assert report.ok and report.leftovers == [], report
-    # Attempt 1 of partition 0 won; attempt 0's in-progress file was deleted at commit.
-    assert len(list(files.out.glob("part-00001-00000-*.parquet"))) == 1
+    assert report.ok, report
+    # ... and attempt 0's in-progress file went at the commit.
+    assert report.leftovers == [], report
 
 
 @pytest.mark.full  # CI runs points 3, 5 and 9 of the file sink; the full profile all
@@ -160,7 +166,9 @@ def test_3_driver_dies_after_committing_some_files(files):
 def test_4_driver_dies_after_all_renames_before_sparks_commit_log(files):
     assert_crashed(files.run("driver-after-all-commits@1"))
     assert files.visible() == 2 * BATCH and files.pending() == []
-    _finishes_exactly_once(files)                    # the re-run of batch 1 writes nothing
+    # The re-run of batch 1 writes nothing: its tasks drain their input without writing a
+    # file, so a task that reaches the point before pre-commit kills the run.
+    _finishes_exactly_once(files, fault="task-before-precommit@1:exit")
 
 
 def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(files):

@@ -71,6 +71,7 @@ def test_a_driver_killed_mid_commit_with_its_checkpoint_on_hdfs_finishes_exactly
     assert sum(latest.progress["offsets"][next(iter(latest.progress["offsets"]))].values()) == RECORDS
 
 
+@pytest.mark.full  # the gate reads the HDFS checkpoint in the crash case above; the guard runs locally there
 def test_a_lost_commit_log_fails_the_restart_loudly_with_the_checkpoint_on_hdfs(remote):
     assert_crashed(remote.run("driver-after-first-commit@1"))
     deadline = time.monotonic() + 30

@@ -89,6 +89,7 @@ def test_sasl_pipeline_with_jaas_config(sasl, mechanism, tmp_path):
     _assert_exactly_once(sasl, pipe, _run(sasl, pipe, options, tmp_path))
 
 
+@pytest.mark.full  # TLS runs in the gate through the mutual-TLS pipeline
 def test_ssl_pipeline_with_pkcs12_truststore(ssl, tmp_path):
     pipe = new_pipeline(ssl, RECORDS)
     options = ssl.java_options("alice")
@@ -121,6 +122,7 @@ def test_acls_without_the_transactional_id_fail_the_query_and_show_nothing(sasl,
     _assert_denied(sasl, pipe, _run(sasl, pipe, options, tmp_path), TXN_DENIED)
 
 
+@pytest.mark.full  # a refused ACL fails the query in the gate through the transactional id's
 def test_acls_without_write_on_the_output_fail_the_query_and_show_nothing(sasl, tmp_path):
     pipe = new_pipeline(sasl, RECORDS)
     grant(sasl, "bob", pipe, write_output=False)  # the output stays visible (DESCRIBE), not writable
@@ -129,10 +131,10 @@ def test_acls_without_write_on_the_output_fail_the_query_and_show_nothing(sasl, 
 
 
 # -- the same Java option maps with Spark's built-in connector -------------------------
-# CI runs the first two (SASL and mutual TLS); the full profile all five.
+# The full profile only: the gate's pipelines above already run on the Java option names.
 @pytest.mark.parametrize("cluster_name, user, kwargs", [
-    ("sasl", "alice", {"mechanism": "SCRAM-SHA-512"}),
-    ("mtls", "alice", {"truststore": "PKCS12"}),
+    pytest.param("sasl", "alice", {"mechanism": "SCRAM-SHA-512"}, marks=pytest.mark.full),
+    pytest.param("mtls", "alice", {"truststore": "PKCS12"}, marks=pytest.mark.full),
     pytest.param("sasl", "alice", {"mechanism": "PLAIN"}, marks=pytest.mark.full),
     pytest.param("ssl", "alice", {"truststore": "PEM"}, marks=pytest.mark.full),
     pytest.param("mtls", "alice", {"truststore": "PEM-inline"}, marks=pytest.mark.full),

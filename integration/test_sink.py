@@ -6,13 +6,24 @@ open under the sink's prefix) and nothing visible to read_committed readers.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from integration.helpers import consume_all, produce
+from integration.helpers import consume_all, create_topic, produce, unique_name
 from kafka_eos_ds.sink import abort_transactions, list_transactions
+
+# Over librdkafka's default limit (1,000,000 bytes), within the Java producer's
+# max.request.size (1,048,576 with the record's framing) and the broker's default
+# message.max.bytes (1,048,588 with the batch's).
+LARGE_VALUE = 1_048_000
+NEGATIVE_ROWS = [["k0", "0|v", 0], ["k1", "1|v", -1], ["k2", "2|v", 1]]
+NEGATIVE_SCHEMA = "key string, value string, partition int"
 
 
 def _writer(df, bootstrap, topic=None, prefix=None, **options):
@@ -186,4 +197,52 @@ def test_batch_write_of_null_and_mixed_keys_headers_and_partitions(spark, kafka,
         if partition is not None:
             assert record.partition == partition, i
         assert (record.headers or []) == [(k, v) for k, v in (headers or [])], i
+    assert _open(kafka.bootstrap, prefix) == []
+
+
+@pytest.fixture(scope="module")
+def builtin_writes(kafka, tmp_path_factory):
+    """The same writes through Spark's built-in sink, in a child process (its jars need
+    their own JVM): a row with a negative partition, and a record between librdkafka's and
+    the Java producer's default size limits. Each gives the built-in's error or nothing."""
+    negative = create_topic(kafka.bootstrap, unique_name("neg-builtin"), 3, kafka.replication())
+    large = create_topic(kafka.bootstrap, unique_name("large-builtin"), 1, kafka.replication())
+    spec = [{"write": NEGATIVE_ROWS, "schema": NEGATIVE_SCHEMA, "expect_error": True,
+             "options": {"kafka.bootstrap.servers": kafka.bootstrap, "topic": negative}},
+            {"write": [["k", "x" * LARGE_VALUE]], "expect_error": True,
+             "options": {"kafka.bootstrap.servers": kafka.bootstrap, "topic": large}}]
+    work = tmp_path_factory.mktemp("builtin-writes")
+    (work / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, "-m", "integration.builtin_rows", str(work / "spec.json"),
+                           str(work / "out.json")], cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((work / "out.json").read_text())["results"]
+    return {"negative": results[0], "large": results[1], "large_topic": large}
+
+
+def test_a_negative_partition_fails_the_write_as_the_builtin_does(spark, kafka, new_topic, builtin_writes):
+    # Spark's built-in sink: the Java ProducerRecord refuses the row, the job fails.
+    assert "Invalid partition: -1" in str(builtin_writes["negative"].get("error")), builtin_writes["negative"]
+    topic = new_topic(3)
+    prefix = f"negpart-{topic}"
+    df = spark.createDataFrame([tuple(r) for r in NEGATIVE_ROWS], NEGATIVE_SCHEMA)
+    _fails(_writer(df, kafka.bootstrap, topic, prefix), "ConfigError", "Column 'partition' holds -1")
+    assert consume_all(kafka.bootstrap, topic) == []  # nothing of the write is visible
+    assert _open(kafka.bootstrap, prefix) == []       # and nothing is left open
+
+
+def test_records_the_builtin_writes_are_written_with_default_settings(spark, kafka, new_topic, builtin_writes):
+    assert builtin_writes["large"] == [], builtin_writes["large"]  # the built-in wrote it
+    written = consume_all(kafka.bootstrap, builtin_writes["large_topic"], "read_uncommitted")
+    assert [len(r.value) for r in written] == [LARGE_VALUE]
+    topic = new_topic(1)
+    df = spark.createDataFrame([("k", "x" * LARGE_VALUE)], "key string, value string")
+    _writer(df, kafka.bootstrap, topic, f"large-{topic}").save()
+    assert [len(r.value) for r in consume_all(kafka.bootstrap, topic)] == [LARGE_VALUE]
+    # A limit the user sets is kept: the record is refused, nothing visible, nothing open.
+    prefix = f"large-limited-{topic}"
+    _fails(_writer(df, kafka.bootstrap, topic, prefix, **{"kafka.message.max.bytes": "1000000"}),
+           "larger than Kafka accepts")
+    assert len(consume_all(kafka.bootstrap, topic)) == 1
     assert _open(kafka.bootstrap, prefix) == []

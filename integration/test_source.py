@@ -8,10 +8,8 @@ runs once, in a child process, for every comparison (see ``integration/builtin_r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +22,7 @@ from integration.builtin_rows import normalized
 from integration.helpers import end_offsets, produce
 
 NOW_MS = int(time.time() * 1000)
+PAST_END = 150  # a start offset past the end of a partition of 100 records
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -146,16 +145,20 @@ def topics(kafka, tmp_path_factory):
     committed = produce_transactions(kafka.bootstrap, txn, 2)
     base = {"kafka.bootstrap.servers": kafka.bootstrap, "includeHeaders": "true",
             "kafka.isolation.level": "read_committed", "startingOffsets": "earliest"}
-    spec = [{"options": {**base, "subscribe": plain}}, {"options": {**base, "subscribe": txn}}]
+    spec = [{"options": {**base, "subscribe": plain}}, {"options": {**base, "subscribe": txn}},
+            # Partition 0 holds 100 records: a start at 150 is past its end.
+            {"options": {**base, "subscribe": plain, "failOnDataLoss": "false",
+                         "startingOffsets": json.dumps({plain: {"0": PAST_END, "1": 0, "2": 0}})},
+             "expect_error": True}]
     work = tmp_path_factory.mktemp("builtin")
     (work / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, "-m", "integration.builtin_rows", str(work / "spec.json"),
                            str(work / "out.json")], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((work / "out.json").read_text())
-    builtin = [[tuple(r) for r in rows] for rows in out["results"]]
+    builtin = [[tuple(r) for r in rows] for rows in out["results"][:2]]
     return {"plain": plain, "txn": txn, "committed": committed, "builtin_plain": builtin[0],
-            "builtin_txn": builtin[1], "connector": out["connector"]}
+            "builtin_txn": builtin[1], "builtin_past_end": out["results"][2], "connector": out["connector"]}
 
 
 def test_batch_read_equals_builtin_row_for_row(spark, kafka, topics):
@@ -166,6 +169,25 @@ def test_batch_read_equals_builtin_row_for_row(spark, kafka, topics):
     assert any(r[0] is None for r in ours) and any(r[1] is None for r in ours)
     # to_json drops null fields: a header with a null value shows as {"key":"h"}.
     assert any(r[7] and '{"key":"h"},' in r[7] for r in ours)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_batch_read_starting_after_its_end_is_refused_as_by_the_builtin(spark, kafka, topics, fail_on_data_loss):
+    """Not a deleted topic (data loss, skipped with failOnDataLoss=false): the read's own
+    bounds are wrong, and the built-in refuses the read whatever failOnDataLoss says."""
+    # The built-in refuses before reading: "The resolved start offset 150 is greater than the
+    # resolved end offset 100 ..." (4.2; earlier lines: "Beginning offset ... is after the
+    # ending offset ...").
+    refused = str(topics["builtin_past_end"].get("error"))
+    assert "is greater than the resolved end offset" in refused or "is after the ending offset" in refused, refused
+    plain = topics["plain"]
+    starting = json.dumps({plain: {"0": PAST_END, "1": 0, "2": 0}})
+    with pytest.raises(Exception) as info:
+        kafka_eos_reader(spark, kafka.bootstrap, plain, startingOffsets=starting,
+                         failOnDataLoss=fail_on_data_loss).load().count()
+    text = str(info.value)
+    assert "ConfigError" in text and f"{plain}-0 starts at offset {PAST_END}, after its end offset 100" in text, text
+    assert "'startingOffsets'" in text and "'endingOffsets'" in text and f"{plain}-1" not in text
 
 
 @pytest.mark.matrix
@@ -343,8 +365,8 @@ def test_pattern_assign_and_timestamp_positions(spark, kafka, new_topic):
     b = new_topic(partitions=1, prefix=prefix, config={"retention.ms": "-1"})
     base = NOW_MS - 600_000
     for topic in (a, b):
-        produce(kafka.bootstrap, topic, [{"value": f"{i}|{topic}".encode(), "partition": 0, "timestamp": base + i * 1000}
-                                         for i in range(10)])
+        produce(kafka.bootstrap, topic, [{"value": f"{i}|{topic}".encode(), "partition": 0,
+                                          "timestamp": base + i * 1000} for i in range(10)])
     by_pattern = normalized(spark.read.format("kafka_eos").option("kafka.bootstrap.servers", kafka.bootstrap)
                             .option("subscribePattern", f"{prefix}-.*").load(), headers=False)
     assert sorted({r[2] for r in by_pattern}) == sorted([a, b]) and len(by_pattern) == 20

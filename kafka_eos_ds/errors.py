@@ -60,6 +60,11 @@ class TransactionLostError(TransactionError):
     """A participant that the driver decided to commit was aborted instead."""
 
 
+class TransactionOutcomeUnknownError(TransactionError):
+    """Whether a participant the driver decided to commit committed can no longer be told
+    (the coordinator's evidence is gone): never guessed, the operator checks the output."""
+
+
 class DataLossError(KafkaEosError):
     """Offsets the query needs are gone and ``failOnDataLoss`` is true."""
 
@@ -76,6 +81,7 @@ __all__ = [
     "TransactionError",
     "TransactionFencedError",
     "TransactionLostError",
+    "TransactionOutcomeUnknownError",
     "DataLossError",
     "StorageError",
 ]

@@ -4,31 +4,36 @@
 by ``,``; ``*n`` acts only at the n-th match of the run (counted in ``$KAFKA_EOS_FAULT_COUNTS``:
 e.g. the second write of a micro-batch inside foreachBatch). Actions: ``kill`` (default:
 SIGKILL this process; at ``driver-*`` points also the JVM driver's process group, so start
-the driver in its own session), ``exit``
-(``os._exit(1)``), ``raise``, ``sleep<seconds>`` (a slow step: ``sleep20``), ``gate`` (create the
-file named by ``$KAFKA_EOS_FAULT_GATE`` and wait until the test removes it, at most
-:data:`GATE_WAIT_S`: the test acts on the cluster at that exact point, e.g. restarts a
-broker). ``commit-raise`` raises by default; several actions at one point run in order.
+the driver in its own session), ``exit`` (``os._exit(1)``), ``raise``, ``sleep<seconds>`` (a
+slow step: ``sleep20``), ``gate`` (create the file named by ``$KAFKA_EOS_FAULT_GATE`` and
+wait until the test removes it, at most :data:`GATE_WAIT_S`: the test acts on the cluster at
+that exact point, e.g. restarts a broker). ``commit-raise`` raises by default; several
+actions at one point run in order.
 
 :func:`environment` gives the variables that switch this on in a Spark driver process
 and all its workers (the product loads :func:`inject` through ``KAFKA_EOS_FAULT_HOOK``).
+Those are fixed when the driver's JVM starts (its Python workers inherit its environment);
+a driver that serves many runs takes :func:`file_environment` instead, and each run's
+faults, gate and count directory are written to that file (:func:`write_file`), which every
+check reads again when it has changed. :func:`kills_driver` tells which specs need a driver
+of their own.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import time
-from typing import Optional
-
-from kafka_eos_ds.twophase.faults import HOOK_ENV
+from typing import Mapping, Optional
 
 _SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(\*(?P<nth>\d+))?"
                    r"(:(?P<action>\w+))?$")
 ENV = "KAFKA_EOS_FAULT"
 GATE_ENV = "KAFKA_EOS_FAULT_GATE"
 COUNTS_ENV = "KAFKA_EOS_FAULT_COUNTS"
+FILE_ENV = "KAFKA_EOS_FAULT_FILE"
 GATE_WAIT_S = 180.0
 
 
@@ -40,7 +45,7 @@ def environment(spec: str, gate: Optional[str] = None, counts: Optional[str] = N
     """The environment variables that inject ``spec`` into a process and its children
     (``gate``: the file a ``gate`` action creates and waits on; ``counts``: the directory
     where ``*n`` faults count their matches)."""
-    env = {ENV: spec, HOOK_ENV: f"{__name__}:inject"}
+    env = {ENV: spec, **_hook_environment()}
     if gate is not None:
         env[GATE_ENV] = gate
     if counts is not None:
@@ -48,10 +53,77 @@ def environment(spec: str, gate: Optional[str] = None, counts: Optional[str] = N
     return env
 
 
+def file_environment(path: str) -> dict[str, str]:
+    """The environment variables of a driver whose faults are read from the file ``path``
+    at every check (written by :func:`write_file`; no file: no faults)."""
+    return {FILE_ENV: path, **_hook_environment()}
+
+
+def _hook_environment() -> dict[str, str]:
+    # Imported here, not at the top: in a process started with this environment, importing
+    # the product loads the hook from this module, which may itself be importing then (it
+    # is, when it is imported before the product: the warm driver's process).
+    from kafka_eos_ds.twophase.faults import HOOK_ENV
+
+    return {HOOK_ENV: f"{__name__}:inject"}
+
+
+def write_file(path: str, spec: Optional[str], gate: Optional[str] = None, counts: Optional[str] = None) -> None:
+    """The faults of the next run of a driver started with :func:`file_environment`
+    (``spec=None``: none). Written aside, then renamed: a check reads the old file or the
+    new one, never half of one."""
+    settings = {ENV: spec or "", GATE_ENV: gate or "", COUNTS_ENV: counts or ""}
+    aside = f"{path}.{os.getpid()}"
+    with open(aside, "w") as f:
+        json.dump(settings, f)
+    os.replace(aside, path)
+
+
+def kills_driver(spec: Optional[str]) -> bool:
+    """Whether a fault of ``spec`` ends the driver process: a ``driver-*`` point whose
+    action is ``kill`` (the default) or ``exit``. A run with such a fault needs a driver of
+    its own; any other (``raise``, ``sleep``, ``gate``, faults in tasks, whose ``kill``
+    ends only the task's Python worker) leaves the driver serving. A spec that does not
+    parse counts as killing: the fresh driver is the safe side."""
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        m = _SPEC.match(item.strip())
+        if m is None:
+            return True
+        if m["point"].startswith("driver-") and (m["action"] or "kill") in ("kill", "exit"):
+            return True
+    return False
+
+
+_file_cache: tuple[tuple, Mapping[str, str]] = ((), {})
+
+
+def _settings() -> Mapping[str, str]:
+    """Where this process's fault variables come from: the file named by
+    ``$KAFKA_EOS_FAULT_FILE`` when there is one (re-read only when its inode, time or size
+    changed: a check is one ``stat``), else the environment."""
+    global _file_cache
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        return os.environ
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return {}
+    key = (path, st.st_ino, st.st_mtime_ns, st.st_size)
+    if _file_cache[0] != key:
+        with open(path) as f:
+            _file_cache = (key, json.load(f))
+    return _file_cache[1]
+
+
 def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] = None,
            attempt: Optional[int] = None) -> None:
-    """The hook: act on every fault of ``$KAFKA_EOS_FAULT`` that matches this point."""
-    spec = os.environ.get(ENV)
+    """The hook: act on every fault of ``$KAFKA_EOS_FAULT`` (or of the fault file) that
+    matches this point."""
+    settings = _settings()
+    spec = settings.get(ENV)
     if not spec:
         return
     for item in spec.split(","):
@@ -64,16 +136,15 @@ def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] 
             continue
         if m["attempt"] is not None and (attempt is None or int(m["attempt"]) != int(attempt)):
             continue
-        if m["nth"] is not None and _hits(item.strip()) != int(m["nth"]):
+        if m["nth"] is not None and _hits(item.strip(), settings.get(COUNTS_ENV)) != int(m["nth"]):
             continue
-        _act(point, m["action"] or ("raise" if point == "commit-raise" else "kill"))
+        _act(point, m["action"] or ("raise" if point == "commit-raise" else "kill"), settings.get(GATE_ENV))
 
 
-def _hits(item: str) -> int:
+def _hits(item: str, directory: Optional[str]) -> int:
     """How many times ``item`` has matched so far in this run, this time included: counted
     in files under ``$KAFKA_EOS_FAULT_COUNTS``, because a run's matches happen in several
     processes (the driver's steps each run in a fresh Python worker)."""
-    directory = os.environ.get(COUNTS_ENV)
     if not directory:
         raise InjectedFault(f"a fault with '*N' ({item}) needs ${COUNTS_ENV} (a directory to count in)")
     os.makedirs(directory, exist_ok=True)
@@ -88,12 +159,12 @@ def _hits(item: str) -> int:
             n += 1
 
 
-def _act(point: str, action: str) -> None:
+def _act(point: str, action: str, gate: Optional[str]) -> None:
     if action.startswith("sleep") and action[5:].isdigit():
         time.sleep(int(action[5:]))
         return
     if action == "gate":
-        _wait_at_gate(point)
+        _wait_at_gate(point, gate)
         return
     if action == "raise":
         raise InjectedFault(f"injected fault at {point}")
@@ -110,8 +181,7 @@ def _act(point: str, action: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _wait_at_gate(point: str) -> None:
-    gate = os.environ.get(GATE_ENV)
+def _wait_at_gate(point: str, gate: Optional[str]) -> None:
     if not gate:
         raise InjectedFault(f"a gate fault at {point} needs ${GATE_ENV} (the file to wait on)")
     # Written aside, then renamed: whoever sees the gate sees its content too.

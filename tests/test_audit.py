@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_eos_tools.audit import _Rec, audit_records, id_extractor
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_tools.audit import _Rec, audit_records, id_extractor
 
 
 def _inputs(n, partitions=2):

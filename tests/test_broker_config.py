@@ -175,7 +175,7 @@ def test_scram_users_are_created_at_format_time_for_both_mechanisms(tmp_path):
     material = sec.Material(tmp_path)
     material.generate(tls=False)
     args = sec.scram_format_args(material)
-    pairs = list(zip(args[::2], args[1::2]))
+    pairs = list(zip(args[::2], args[1::2], strict=True))
     assert all(flag == "--add-scram" for flag, _ in pairs)
     assert {value for _, value in pairs} == {
         f"{mech}=[name={user},password={material.password(user)}]"

@@ -277,6 +277,21 @@ def test_task_producer_partitions_keys_like_the_java_client_unless_told_otherwis
     assert client_config({"partitioner": "consistent_random"}, "task_producer")["partitioner"] == "consistent_random"
 
 
+def test_task_producer_takes_records_as_large_as_the_java_producer_unless_told_otherwise():
+    """librdkafka refuses records over 1,000,000 bytes by default; Spark's built-in sink
+    (the Java producer, max.request.size 1,048,576) writes them."""
+    from confluent_kafka import Producer
+
+    from kafka_eos_ds.kafka.java_settings import translate
+
+    assert client_config({"bootstrap.servers": "h:1"}, "task_producer")["message.max.bytes"] == 1_048_576
+    assert client_config({"message.max.bytes": "500000"}, "task_producer")["message.max.bytes"] == "500000"
+    java = translate({"max.request.size": "2000000"})
+    assert client_config(java, "task_producer")["message.max.bytes"] == "2000000"
+    # librdkafka accepts the default next to its own others (a producer builds, nothing connects).
+    Producer({k: v for k, v in client_config({}, "task_producer").items() if k not in ("logger", "error_cb")})
+
+
 def test_the_sink_metadata_client_is_built_with_every_security_setting(monkeypatch):
     """The sink's driver metadata client once kept only a few keys (no OAUTHBEARER, no
     PKCS#12, no inline PEM), then said it could not reach Kafka."""

@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 
 import pytest
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType)
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
+from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink import transactional_ids as ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
-from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
 from kafka_eos_ds.twophase import Outcome
+from tests.test_twophase import FakeLog
 
 
 def test_transactional_ids_round_trip_and_reject_other_sinks():
@@ -68,14 +69,20 @@ def test_end_txn_errors_that_retrying_cannot_fix_raise_with_their_name():
 
 
 @pytest.mark.parametrize("state, outcome", [
-    (None, Outcome.LOST),
     (TxnState("t", "CompleteCommit", 5, 2), Outcome.COMMITTED),
     (TxnState("t", "PrepareCommit", 5, 2), Outcome.RETRY),
+    (TxnState("t", "Ongoing", 5, 1), Outcome.RETRY),          # a coordinator still loading
+    # Proof of an abort: our transaction, at its own epoch, aborted.
     (TxnState("t", "CompleteAbort", 5, 2), Outcome.LOST),
     (TxnState("t", "PrepareAbort", 5, 2), Outcome.LOST),
-    (TxnState("t", "CompleteAbort", 5, 3), Outcome.LOST),   # timed out: epoch bumped
-    (TxnState("t", "Empty", 5, 4), Outcome.LOST),           # fenced afterwards
-    (TxnState("t", "CompleteCommit", 6, 0), Outcome.LOST),  # another producer id
+    (TxnState("t", "PrepareEpochFence", 5, 2), Outcome.LOST),
+    # Not proof: each also follows a successful commit.
+    (None, Outcome.UNKNOWN),                                  # expired (transactional.id.expiration.ms)
+    (TxnState("t", "CompleteCommit", 6, 0), Outcome.UNKNOWN), # re-created under another producer id
+    (TxnState("t", "Empty", 5, 3), Outcome.UNKNOWN),          # initialised again after the commit
+    (TxnState("t", "CompleteAbort", 5, 3), Outcome.UNKNOWN),  # a timeout abort, or a later transaction's
+    (TxnState("t", "Empty", 5, 4), Outcome.UNKNOWN),
+    (TxnState("t", "Empty", 5, 2), Outcome.UNKNOWN),          # no transaction at our epoch to judge
 ])
 def test_described_outcomes(state, outcome):
     assert classify_described(state, 5, 2) is outcome
@@ -388,3 +395,126 @@ def test_task_producer_log_keeps_why_the_transaction_failed(caplog):
     other = producer_error(KafkaError(KafkaError._PURGE_QUEUE), conf, topic="out", undelivered=100,
                            txn_failure="Broker: boom")
     assert "the transaction failed: Broker: boom" in str(other)
+
+
+class _DescribingCoordinator:
+    """Stands in for the transaction coordinators: DescribeTransactions answers only."""
+
+    def __init__(self, states):
+        self.states = states
+
+    def describe_many(self, ids):
+        return {tid: self.states.get(tid) for tid in ids}
+
+    def close(self):
+        pass
+
+
+def _fence_free(log):
+    """The in-memory decision log of the protocol tests, as the sink's driver steps use it."""
+    log.events, log.fence_writers, log.close = [], lambda: None, lambda: None
+    return log
+
+
+@pytest.mark.parametrize("timeout_ms, open_s, refused", [
+    (900_000, 880, True),   # 20 s left: less than the decision write plus commitTimeoutMs
+    (900_000, 700, False),  # 200 s left: the whole commit fits
+    (30_000, 5, False),     # a margin longer than the timeout is capped at half of it
+    (30_000, 16, True),
+])
+def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_commits_retries(
+        monkeypatch, timeout_ms, open_s, refused):
+    """After the decision the driver may spend the decision write's bound and then
+    commitTimeoutMs retrying each commit (a coordinator moving); a transaction the broker
+    aborts for its timeout meanwhile is lost for good. So the batch is refused, undecided,
+    unless every transaction has that much time left (at most half of its timeout: a
+    longer margin would refuse every batch)."""
+    import time
+
+    from kafka_eos_ds.errors import TransactionError
+    from kafka_eos_ds.sink import kafka_sink
+    from kafka_eos_ds.twophase import Participant
+    from kafka_eos_ds.twophase.identity import Kind, WriteId
+
+    now_ms = int(time.time() * 1000)
+    coordinator = _DescribingCoordinator({"etl-0-0": TxnState("etl-0-0", "Ongoing", 7, 3, now_ms - open_s * 1000,
+                                                              timeout_ms)})
+    logs = []
+    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: coordinator)
+    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: logs.append(_fence_free(FakeLog())) or logs[-1])
+    monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
+    monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
+    config = SinkConfig.from_options({**OPTS, "kafka.transaction.timeout.ms": str(timeout_ms)}, SCHEMA)
+    sink = kafka_sink.KafkaSink(config, commit_timeout_s=120)
+    write = WriteId(Kind.STREAM, "q", 1)
+    participant = Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})
+    if refused:
+        with pytest.raises(TransactionError, match="was not committed: 1 of its 1 .*needed to commit"):
+            sink.commit(write, [participant])
+        assert logs[0].records == []  # refused before the decision
+    else:
+        sink.commit(write, [participant])
+        assert [d.state.value for _, d in logs[0].records] == ["decided", "done"]
+
+
+def test_an_unknown_outcome_names_what_the_coordinator_shows_and_what_to_check():
+    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.twophase import Participant
+
+    class Coordinator:
+        def end_txn(self, tid, pid, epoch, commit):
+            return c.PRODUCER_FENCED
+
+        def describe(self, tid):
+            return TxnState(tid, "Empty", 7, 4) if tid == "etl-0-0" else None
+
+    txns = KafkaTransactions(Coordinator(), "etl", 900_000)
+    parts = [Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": 7, "epoch": 3}) for i in (0, 1)]
+    assert [txns.commit(p) for p in parts] == [Outcome.UNKNOWN, Outcome.UNKNOWN]
+    message = txns.unknown_outcome_message(parts)
+    assert "etl-0-0 ran under producer 7 epoch 3, its coordinator now shows producer 7 epoch 4, Empty" in message
+    assert "etl-1-0 ran under producer 7 epoch 3, its coordinator no longer knows the id" in message
+    for named in ("kafka.transaction.timeout.ms", "transactional.id.expiration.ms", "read_committed",
+                  "checkpointLocation", "transactionalIdPrefix"):
+        assert named in message
+    assert "not in the output" not in message
+
+
+def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_decision(caplog):
+    """Brokers before 4.1.0 with transaction version 2 overflow the epoch when they abort
+    a transaction at the last epoch (a fence, a timeout): the driver, which sees every
+    task's epoch, warns so that a hanging transaction has its explanation in the log."""
+    from kafka_eos_ds.sink.participants import LAST_EPOCH, KafkaTransactions
+    from kafka_eos_ds.twophase import Participant
+
+    class Coordinator:
+        def describe_many(self, ids):
+            return {}
+
+    txns = KafkaTransactions(Coordinator(), "etl", 900_000)
+    at = [Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": 7, "epoch": e})
+          for i, e in enumerate((LAST_EPOCH - 1, LAST_EPOCH))]
+    with caplog.at_level(logging.WARNING, logger="kafka_eos_ds.sink.participants"):
+        txns.unfit(at, 15)
+    warned = [r.getMessage() for r in caplog.records if "last before" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("etl-1-0 runs at producer epoch 32766")
+    assert "4.1.0" in warned[0] and "transaction.version" in warned[0]
+
+
+@pytest.mark.parametrize("arrow", [True, False])
+def test_a_negative_partition_fails_the_task_before_its_rows_are_produced(arrow):
+    """Spark's built-in sink refuses a negative partition (its ProducerRecord does); it
+    must not silently go to the partitioner."""
+    import pyarrow as pa
+    from pyspark.sql import Row
+
+    from kafka_eos_ds.sink.task_writer import _PartitionWriter
+
+    schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])
+    writer = _PartitionWriter(SinkConfig.from_options(OPTS, schema), 0, 0)
+    rows = [("c", -2), ("a", 1), ("b", None)]  # rows (pyspark 4.0) are checked one by one
+    items = ([pa.RecordBatch.from_pydict({"value": [r[0] for r in rows], "partition": [r[1] for r in rows]})]
+             if arrow else [Row(value=v, partition=p) for v, p in rows])
+    with pytest.raises(ConfigError, match=r"Column 'partition' holds -2 .* 0 or more, or null"):
+        writer.write_all(items)
+    assert writer.producer is None  # refused before a transaction was opened for the rows

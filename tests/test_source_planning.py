@@ -64,7 +64,7 @@ def test_split_to_min_partitions_in_proportion():
     assert sum(p.size for p in pieces) == 100
     # Contiguous, no gaps or overlaps.
     p0 = [p for p in pieces if p.partition == 0]
-    assert all(a.until_offset == b.from_offset for a, b in zip(p0, p0[1:]))
+    assert all(a.until_offset == b.from_offset for a, b in zip(p0, p0[1:], strict=False))
 
 
 def test_split_never_makes_empty_pieces():
@@ -86,3 +86,27 @@ def test_limit_offsets_proportional_and_exact():
     assert limit_offsets(start, latest, 1000) == latest
     odd = limit_offsets({("t", 0): 0, ("t", 1): 0, ("t", 2): 0}, {("t", 0): 10, ("t", 1): 10, ("t", 2): 10}, 10)
     assert sum(odd.values()) == 10 and all(v <= 10 for v in odd.values())
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_batch_read_starting_after_its_end_is_refused_naming_the_offsets_and_options(monkeypatch, fail_on_data_loss):
+    """Spark's built-in source refuses a batch read whose start is past its end, whatever
+    failOnDataLoss says; reading it as a deleted topic (and, with failOnDataLoss=false,
+    as an empty partition) would hide a wrong option."""
+    from kafka_eos_ds.errors import ConfigError
+    from kafka_eos_ds.source import KafkaBatchReader, batch_reader, source_schema
+    from tests.source_fakes import FakeMetadata
+
+    meta = FakeMetadata({("t", 0): 100, ("t", 1): 100})
+    meta.close = lambda: None
+    monkeypatch.setattr(batch_reader, "KafkaMetadata", lambda options: meta)
+    options = {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": fail_on_data_loss,
+               "startingOffsets": '{"t": {"0": 200, "1": 0}}'}
+    with pytest.raises(ConfigError) as info:
+        KafkaBatchReader(source_schema(options), options).partitions()
+    text = str(info.value)
+    assert "t-0 starts at offset 200, after its end offset 100" in text and "t-1" not in text
+    assert "'startingOffsets'" in text and "'endingOffsets'" in text and "failOnDataLoss does not apply" in text
+    # A start at the end reads nothing, as the built-in does.
+    options["startingOffsets"] = '{"t": {"0": 100, "1": 0}}'
+    assert [p.range.partition for p in KafkaBatchReader(source_schema(options), options).partitions()] == [1]

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError
-from kafka_eos_ds.twophase import (ABANDONED, DECIDED, DONE, Decision, DoneMark, Kind, Outcome, Participant,
-                                   RecoveryContext, TwoPhaseCommitter, WriteId, plan_abort, plan_commit, plan_recovery)
-from kafka_eos_ds.twophase import faults
+from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
+from kafka_eos_ds.twophase import (
+    ABANDONED,
+    DECIDED,
+    DONE,
+    Decision,
+    DoneMark,
+    Kind,
+    Outcome,
+    Participant,
+    RecoveryContext,
+    TwoPhaseCommitter,
+    WriteId,
+    faults,
+    plan_abort,
+    plan_commit,
+    plan_recovery,
+)
+from kafka_eos_ds.twophase.protocol import DecisionState
 from kafka_eos_tools import faults as injection
 
 
@@ -170,6 +185,9 @@ class FakeParticipants:
     def lost_message(self, parts):
         return "check kafka.transaction.timeout.ms"
 
+    def unknown_outcome_message(self, parts):
+        return "look for their records in the output"
+
     committed_ids: set = set()
 
     def carry(self, progress, p):
@@ -252,6 +270,23 @@ def test_a_lost_decided_transaction_fails_loudly_and_leaves_the_decision():
     tpc, log, events = committer(outcomes={"p-1-0": [Outcome.LOST]})
     with pytest.raises(TransactionLostError, match="kafka.transaction.timeout.ms"):
         tpc.commit(stream("q", 1), [part(0), part(1)])
+    assert log.latest().state == DECIDED
+
+
+def test_a_decided_transaction_whose_outcome_cannot_be_told_fails_loudly_never_as_lost():
+    """"Lost" tells the operator the records are not in the output, and its remedy
+    re-writes the batch: only proof of an abort may say so. When the evidence is gone
+    the step fails, non-retriable, and says what to check; the decision stays."""
+    tpc, log, events = committer(outcomes={"p-0-0": [Outcome.UNKNOWN]})
+    with pytest.raises(TransactionError, match="Cannot tell whether batch 1 of query q committed.*1 of its 2 "
+                                               ".*look for their records in the output") as info:
+        tpc.commit(stream("q", 1), [part(0), part(1)])
+    assert not isinstance(info.value, TransactionLostError) and not info.value.retriable
+    assert "not in the output" not in str(info.value)
+    assert ("commit", "p-1-0") in events and log.latest().state == DECIDED
+    # Recovery finishing the decision stops the same way, and marks nothing done.
+    with pytest.raises(TransactionError, match="Cannot tell whether batch 1"):
+        tpc.recover(stream("q"))
     assert log.latest().state == DECIDED
 
 
@@ -519,3 +554,19 @@ def test_an_operator_commits_a_decided_batch_and_writes_nothing_else():
     tpc.commit_decided(decided)
     assert events == [("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0"), ("commit", "p-1-0")]
     assert log.latest() == decided  # no decision written, nothing fenced
+
+
+def test_another_jobs_decision_whose_outcome_cannot_be_told_stops_one_later_job_not_every_one():
+    """A batch job that died after its decision leaves it to the next job on the sink. When
+    its outcome can no longer be told (its transactions expired), that job fails loudly
+    once, and the decision is recorded so; the next job then goes on (as after a loss)."""
+    died = WriteId(Kind.JOB, "j0", 0, job="j0")
+    tpc, log, events = committer(outcomes={"p-0-0": [Outcome.UNKNOWN]})
+    log.records.append((died.key, Decision("j0", 0, DECIDED, (part(0),))))
+    with pytest.raises(TransactionOutcomeUnknownError, match="Cannot tell whether batch 0 of query j0"):
+        tpc.commit(WriteId(Kind.JOB, "j1", 0, job="j1"), [part(1)])
+    assert log.latest(died.key).state == DecisionState.UNTOLD
+    tpc.commit(WriteId(Kind.JOB, "j2", 0, job="j2"), [part(2)])
+    done = ("forget", WriteId(Kind.JOB, "j2", 0, job="j2").key)  # recorded done, then forgotten
+    assert ("commit", "p-2-0") in events and events[-1] == done
+    assert [e for e in events if e[0] == "commit"].count(("commit", "p-0-0")) == 1

@@ -6,12 +6,18 @@
       [<col>=<value>/...]part-<batch>-<task>-<token>.<ext>   final files (what readers of DIR see)
       _kafka_eos/
         <writer>/decisions/<n>.json                        the writer's commit decisions, numbered
-        <writer>/in-progress/<token>-<batch>-<task>-<attempt>[.<k>].<ext>   being written by a task
-        <writer>/pending/<token>-<batch>-<task>-<attempt>[.<k>].<ext>       pre-committed, invisible
+        <writer>/in-progress/<token>-<batch>-<task>-<attempt>.<stamp>[.<k>].<ext>   being written
+        <writer>/pending/<token>-<batch>-<task>-<attempt>.<stamp>[.<k>].<ext>       pre-committed, invisible
 
 A partitioned table (option ``partitionBy``) puts each final file in the Hive-style
 directory of its partition values (``dt=2026-11-24/hour=01/``); a task writes one file
-per partition it has rows for, the ``k``-th of them staged as ``<id>.<k>.<ext>``.
+per partition it has rows for, the ``k``-th of them staged as ``<id>.<stamp>.<k>.<ext>``.
+
+``<stamp>`` is random per run of a task attempt. Attempt numbers restart at 0 in every
+driver run and stage attempt, so a zombie and a live attempt can share an id; with the
+stamp they never share a staged file, on any store: neither can rename, replace or
+delete the other's, and the commit message names its own files exactly (a commit knows
+whether a final file is its own without asking the store for an inode).
 
 Each writer (:mod:`kafka_eos_ds.twophase.identity`) stages apart, so several queries and
 jobs can write one directory without touching each other's files: ``<writer>`` is the
@@ -35,6 +41,7 @@ so readers of DIR never see the staging directory.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Optional
@@ -140,11 +147,11 @@ class Layout:
         """Where writer ``key``'s numbered decisions are (:mod:`.decision_log`)."""
         return self.writer(writer_dir(key)) / DECISIONS
 
-    def in_progress(self, fid: FileId, k: Optional[int] = None) -> PurePath:
-        return self.writer(fid.writer) / IN_PROGRESS / self._staged(fid, k)
+    def in_progress(self, fid: FileId, stamp: str, k: Optional[int] = None) -> PurePath:
+        return self.writer(fid.writer) / IN_PROGRESS / self._staged(fid, stamp, k)
 
-    def pending(self, fid: FileId, k: Optional[int] = None) -> PurePath:
-        return self.writer(fid.writer) / PENDING / self._staged(fid, k)
+    def pending(self, fid: FileId, stamp: str, k: Optional[int] = None) -> PurePath:
+        return self.writer(fid.writer) / PENDING / self._staged(fid, stamp, k)
 
     def final(self, fid: FileId, directory: str = "") -> PurePath:
         """The final file of ``fid`` in partition directory ``directory`` ('' unpartitioned)."""
@@ -166,8 +173,13 @@ class Layout:
         for sub in (IN_PROGRESS, PENDING):
             Path(self.writer(writer) / sub).mkdir(parents=True, exist_ok=True)
 
-    def _staged(self, fid: FileId, k: Optional[int]) -> str:
-        return f"{fid.name}.{self.ext}" if k is None else f"{fid.name}.{k}.{self.ext}"
+    def _staged(self, fid: FileId, stamp: str, k: Optional[int]) -> str:
+        return f"{fid.name}.{stamp}.{self.ext}" if k is None else f"{fid.name}.{stamp}.{k}.{self.ext}"
+
+
+def new_stamp() -> str:
+    """A task attempt's own mark on its staged files (module docstring)."""
+    return uuid.uuid4().hex[:8]
 
 
 def remote_root(path: str) -> PurePosixPath:

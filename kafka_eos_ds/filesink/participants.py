@@ -5,6 +5,13 @@
 of its pending files to its final name (never over an existing file); fence = delete the
 id's in-progress and pending files; open ids = the names staged in the writer's
 ``in-progress/`` and ``pending/``. S3 has its own: :mod:`.uploads`.
+
+Every staged file's name is unique to the task attempt that wrote it (:mod:`.layout`):
+attempt numbers restart per driver run and stage attempt, so a zombie can hold the same
+id as a live attempt, but never its files. The commit message names the exact pending
+files, so a commit renames only what its participant pre-committed: "my pending file gone
+and the final file there" means committed by an earlier commit, and a pending file of the
+same id found on a re-commit is a zombie's stray, deleted.
 """
 
 from __future__ import annotations
@@ -29,9 +36,17 @@ class FileParticipants:
 
     def commit(self, participant: Participant) -> Outcome:
         outcomes = [self._commit_file(participant, f) for f in files_of(participant.handle)]
-        return Outcome.LOST if Outcome.LOST in outcomes else Outcome.COMMITTED
+        if Outcome.LOST in outcomes:
+            return Outcome.LOST
+        if None in outcomes:
+            # A re-commit: what is still staged under this id is a zombie's (its own files
+            # are final now). It never becomes visible; dropped now rather than at the
+            # next recovery.
+            self.fence(participant.id)
+        return Outcome.COMMITTED
 
-    def _commit_file(self, participant: Participant, staged: StagedFile) -> Outcome:
+    def _commit_file(self, participant: Participant, staged: StagedFile) -> Optional[Outcome]:
+        """COMMITTED (renamed now), None (committed before), or LOST."""
         pending, final = str(self.layout.resolve(staged.pending)), str(self.layout.resolve(staged.final))
         try:
             self.store.rename(pending, final)
@@ -39,11 +54,12 @@ class FileParticipants:
         except FileNotFoundError:
             # Pending gone: renamed by an earlier commit or by another driver finishing the
             # same decision (final there), or fenced (lost).
-            return Outcome.COMMITTED if self.store.exists(final) else Outcome.LOST
+            return None if self.store.exists(final) else Outcome.LOST
         except FileExistsError:
             if not self.store.exists(pending):
-                return Outcome.COMMITTED  # renamed meanwhile by another driver
-            # Renaming would replace a committed file: refuse rather than lose rows.
+                return None  # renamed meanwhile by another driver
+            # This participant's own file is still pending, so the final file is another
+            # writer's: renaming over it would lose rows.
             raise TransactionError(f"Cannot commit {participant.id}: its final file '{final}' already exists. "
                                    "Another query or batch write is writing the same directory with the same "
                                    "query id; give each query its own 'path'.") from None
@@ -82,7 +98,13 @@ class FileParticipants:
                  for name in self.store.list_names(str(self.layout.writer(writer) / sub))]
         return sorted({str(fid) for name in names if (fid := FileId.parse(f"{writer}/{name}")) is not None})
 
+    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+        # Never needed: a pending or final file tells. Here for the port's sake.
+        return (f"Look for their final files in '{self.layout.root}': "
+                + ", ".join(f.final for p in participants for f in files_of(p.handle)) + ".")
+
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return (f"Their pending files under '{self.layout.staging}' were deleted before the commit renamed "
                 "them (a manual clean-up?). Never delete '_kafka_eos' while a query runs, and re-process the "
                 "affected input.")
+

@@ -3,10 +3,12 @@
 A task of batch N splits its rows by partition (:mod:`.partitions`; one file when the
 table is not partitioned) and writes each partition's rows to a file of its own:
 
-* on a store that renames (local, HDFS): ``_kafka_eos/<writer>/in-progress/<id>[.<k>].<ext>``
+* on a store that renames (local, HDFS): ``_kafka_eos/<writer>/in-progress/<id>.<stamp>[.<k>].<ext>``
   (created exclusively at the partition's first row, so an empty task creates nothing);
-  pre-commit closes each file durably and renames it to ``.../pending/...`` (:mod:`.layout`):
-  from then on the file survives any crash but no reader of DIR sees it;
+  pre-commit closes each file durably and moves it to ``.../pending/...`` (:mod:`.layout`)
+  with a rename that never replaces a file (a hard link on a local disk, HDFS's rename2
+  without overwrite): from then on the file survives any crash but no reader of DIR sees
+  it, and a recovery that fenced the attempt meanwhile makes the move fail;
 * on S3: a multipart upload at the file's final key (:mod:`.uploads`), whose last part
   pre-commit sends.
 
@@ -25,9 +27,10 @@ from typing import IO, Any, Callable, Iterable, Iterator, Optional
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.handles import StagedFile, handle_of
-from kafka_eos_ds.filesink.layout import FileId
+from kafka_eos_ds.filesink.layout import FileId, new_stamp
 from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.twophase.identity import WriteId
@@ -85,6 +88,7 @@ class _TaskFiles:
         self.fid = fid
         self.schema = schema
         self.store = config.store()
+        self.stamp = new_stamp()
         self._writers: dict[str, _Writer] = {}
 
     def write_all(self, items: Iterable[Any]) -> int:
@@ -123,8 +127,8 @@ class _TaskFiles:
             layout = self.config.layout
             k = len(self._writers) if self.config.partitioning.columns else None
             if self.store.renames:
-                writer = _FileWriter(self.config.file_format, layout.in_progress(self.fid, k),
-                                     layout.pending(self.fid, k), self.schema, self.store)  # type: ignore[arg-type]
+                writer = _FileWriter(self.config.file_format, layout.in_progress(self.fid, self.stamp, k),
+                                     layout.pending(self.fid, self.stamp, k), self.schema, self.store)  # type: ignore[arg-type]
             else:
                 from kafka_eos_ds.filesink.uploads import UploadOutput
 
@@ -204,7 +208,13 @@ class _FileWriter(_Writer):
     def pre_commit(self) -> None:
         super().pre_commit()
         # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
-        self.store.rename(str(self.path), str(self.pending))
+        try:
+            self.store.rename(str(self.path), str(self.pending))
+        except FileExistsError:
+            # Staged names are unique per attempt (:mod:`.layout`): only a broken stamp gets here.
+            raise TransactionError(f"Cannot pre-commit '{self.path}': '{self.pending}' is already pre-committed by "
+                                   "another writer. This attempt fails and Spark retries it; recovery deletes its "
+                                   "file.", retriable=True) from None
 
     def abort(self) -> None:
         opened = self._file is not None

@@ -74,7 +74,9 @@ _SHORT_LIVED = {"reconnect.backoff.ms": 10}
 _ROLE_DEFAULTS: dict[str, dict[str, Any]] = {
     # Java's partitioner for keyed records (murmur2 of the key bytes), so a key lands in
     # the partition Spark's built-in sink puts it in; unkeyed records are spread at random.
-    "task_producer": {**_SHORT_LIVED, "partitioner": "murmur2_random"},
+    # The Java producer's record size limit (max.request.size, 1 MiB) instead of
+    # librdkafka's 1,000,000 bytes, so every record the built-in sink writes is accepted.
+    "task_producer": {**_SHORT_LIVED, "partitioner": "murmur2_random", "message.max.bytes": 1_048_576},
     "sink_metadata": dict(_SHORT_LIVED),
     "commit_log": dict(_SHORT_LIVED),
 }

@@ -42,6 +42,7 @@ from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DECIDED, Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
+WRITE_TIMEOUT_S = 60.0  # how long a decision write may take (its commit_transaction)
 _WINDOW = 256
 # A decision write is one record and a commit. Short, so that a writer that dies in the
 # middle holds back readers of the topic (every sink sharing it) for seconds, not the
@@ -172,7 +173,7 @@ class KafkaDecisionLog:
             producer.begin_transaction()
             producer.produce(self.topic, value=value, key=self._record_key(key), partition=partition)
             faults.check("decision-before-commit", batch=batch)
-            producer.commit_transaction(60)
+            producer.commit_transaction(WRITE_TIMEOUT_S)
         except KafkaException as exc:
             error = exc.args[0]
             if error.txn_requires_abort():

@@ -11,14 +11,31 @@ prefix; carry = the batch's source offsets added to the first transaction
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Mapping, Optional, Sequence
 
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
+
+log = logging.getLogger(__name__)
+
+# The last producer epoch a transaction can run under: the broker gives an id a new
+# producer id when it initialises it at this epoch (Short.MaxValue - 1).
+LAST_EPOCH = 32766
+
+
+def commit_time_needed_s(commit_timeout_s: float) -> float:
+    """How long each transaction must still have before its timeout for a batch to be
+    decided: the decision write's bound, then ``commitTimeoutMs`` of retries for a commit
+    whose coordinator is moving or restarting. A transaction the broker aborts for its
+    timeout inside that span would be lost after the decision (every restart failing);
+    refused before it, the batch is just run again."""
+    return WRITE_TIMEOUT_S + commit_timeout_s
 
 
 class KafkaTransactions:
@@ -28,12 +45,18 @@ class KafkaTransactions:
         self.coordinator = coordinator
         self.prefix = prefix
         self.transaction_timeout_ms = transaction_timeout_ms
+        self._untold: dict[str, Optional[TxnState]] = {}  # what the coordinator showed, per unknown outcome
 
     def commit(self, participant: Participant) -> Outcome:
         pid, epoch = _producer(participant)
         outcome = classify_end_txn(self.coordinator.end_txn(participant.id, pid, epoch, commit=True))
         if outcome is None:
-            outcome = classify_described(self.coordinator.describe(participant.id), pid, epoch)
+            state = self.coordinator.describe(participant.id)
+            outcome = classify_described(state, pid, epoch)
+            if outcome is Outcome.UNKNOWN:
+                self._untold[participant.id] = state
+                log.warning("cannot tell whether %s committed: it ran under producer %s epoch %s; %s",
+                            participant.id, pid, epoch, _shown(state))
         return outcome
 
     def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
@@ -83,8 +106,11 @@ class KafkaTransactions:
         # One DescribeTransactions per coordinator. The time left is counted on the
         # broker's clock (the transaction's start) against ours: clock skew between the
         # driver and the brokers eats into the margin.
+        _warn_last_epoch(participants)
         states = self.coordinator.describe_many([p.id for p in participants])
-        # A margin longer than the timeout itself would refuse every batch: at most half of it.
+        # A margin longer than the timeout itself would refuse every batch: at most half of
+        # it. With a timeout that short, a commit that needs its whole retry budget can still
+        # be lost (docs/fault-tolerance.md says which timeouts cover it).
         needed_ms = min(time_needed_s * 1000, self.transaction_timeout_ms / 2)
         now_ms = time.time() * 1000
         problems = [problem for p in participants
@@ -99,6 +125,22 @@ class KafkaTransactions:
                 "bound the batch with the source option 'maxOffsetsPerTrigger'. Another writer on the same "
                 "transactional id (a zombie task, a second query with the same 'transactionalIdPrefix') is "
                 "the other.")
+
+    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+        seen = "; ".join(f"{p.id} ran under producer {_producer(p)[0]} epoch {_producer(p)[1]}, "
+                         f"{_shown(self._untold.get(p.id))}" for p in participants)
+        return (f"{seen}. The coordinator keeps only an id's latest state, and this one fits either story: the "
+                "transaction was aborted before its commit (the broker's transaction timeout, sink option "
+                f"'kafka.transaction.timeout.ms', now {self.transaction_timeout_ms} ms, at most the broker's "
+                "'transaction.max.timeout.ms'; or another writer of the id, a zombie task or a second query with "
+                "the same 'transactionalIdPrefix'), or it committed and the id was initialised again or expired "
+                "since (the broker's 'transactional.id.expiration.ms'). Recovery does not guess: taking it as "
+                "committed could lose records, re-running the batch could duplicate them; every restart stops "
+                "here. Check the output with a read_committed consumer for the batch's records (batch N's input "
+                "runs from the end offsets in <checkpoint>/offsets/<N-1> to those in offsets/<N>). If they are "
+                "all there, start a new query (new 'checkpointLocation' and new "
+                "'transactionalIdPrefix') from the batch's end offsets; if some are missing, from its start "
+                "(the records of its committed transactions are then written a second time).")
 
     def fence(self, participant_id: str) -> None:
         self.coordinator.fence(participant_id, self.transaction_timeout_ms)
@@ -129,6 +171,30 @@ class KafkaTransactions:
                 "query and start a new one with a new 'checkpointLocation' and a new 'transactionalIdPrefix' that "
                 "reads from the batch's start (its previous batch's end offsets in <checkpoint>/offsets/); the "
                 "records of the batch's committed transactions are then written a second time.")
+
+
+def _warn_last_epoch(participants: Sequence[Participant]) -> None:
+    """Every task initialises its id once per batch, so an id reaches the last epoch every
+    ~32,000 batches. Committing such a transaction is fine; fencing it or its timeout
+    abort is not on brokers before 4.1.0 with transaction version 2, which overflow the
+    epoch there and leave the transaction hanging (docs/fault-tolerance.md). Warned here,
+    where the driver sees every task's epoch at no cost, so a hang has its explanation
+    in the driver's log."""
+    for p in participants:
+        pid, epoch = _producer(p)
+        if epoch >= LAST_EPOCH:
+            log.warning("%s runs at producer epoch %d, the last before its producer id %d is replaced. On brokers "
+                        "before Apache Kafka 4.1.0 with the transaction.version feature at 2, aborting this "
+                        "transaction (a fence, or its timeout) overflows the epoch in the transaction coordinator, "
+                        "and the transaction stays open, stalling read_committed readers of its partitions: "
+                        "upgrade the brokers, or set transaction.version to 1 (docs/fault-tolerance.md).",
+                        p.id, epoch, pid)
+
+
+def _shown(state: Optional[TxnState]) -> str:
+    if state is None:
+        return "its coordinator no longer knows the id"
+    return f"its coordinator now shows producer {state.producer_id} epoch {state.producer_epoch}, {state.state}"
 
 
 def _producer(participant: Participant) -> tuple[int, int]:

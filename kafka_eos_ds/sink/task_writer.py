@@ -182,7 +182,7 @@ class _PartitionWriter:
         if topic is None:
             raise ConfigError("A row has a null 'topic' and the option 'topic' is not set; filter such rows "
                               "out or set the option.")
-        part = -1 if partition is None or partition < 0 else partition  # -1: the partitioner chooses
+        part = -1 if partition is None else partition  # -1: the partitioner chooses (negatives refused before)
         while True:
             try:
                 if headers:
@@ -203,9 +203,11 @@ class _PartitionWriter:
         n = batch.num_rows
         if n == 0:
             return
+        cols = self.config.columns
+        if cols.partition >= 0:
+            _check_partitions(batch.column(cols.partition))
         if self.producer is None:
             self._open()
-        cols = self.config.columns
 
         def column(i: int) -> Any:
             return batch.column(i).to_pylist() if i >= 0 else None
@@ -245,14 +247,35 @@ class _PartitionWriter:
     def _write_rows(self, rows: Iterable[Any]) -> None:
         cols = self.config.columns
         for row in rows:
+            partition = _field(row, cols.partition)
+            if partition is not None and partition < 0:
+                raise _negative_partition(partition)
             if self.producer is None:
                 self._open()
             headers = _field(row, cols.headers)
             if headers:
                 headers = [(h["key"], _immutable(h["value"])) for h in headers]
             self._produce(self.config.topic or _field(row, cols.topic), _immutable(_field(row, cols.value)),
-                          _immutable(_field(row, cols.key)), _field(row, cols.partition), headers)
+                          _immutable(_field(row, cols.key)), partition, headers)
             self.records += 1
+
+
+def _check_partitions(column: Any) -> None:
+    """Refuse a negative value in the ``partition`` column, as Spark's built-in sink does
+    (its ProducerRecord refuses it): handing it to the partitioner instead would put the
+    row somewhere the query never asked for. Checked before the batch's rows are produced."""
+    import pyarrow.compute as pc
+
+    lowest = pc.min(column).as_py()
+    if lowest is not None and lowest < 0:
+        raise _negative_partition(lowest)
+
+
+def _negative_partition(value: int) -> ConfigError:
+    return ConfigError(f"Column 'partition' holds {value} in a row: a partition number is 0 or more, or null to let "
+                       "the partitioner choose (by key). Fix the column, e.g. selectExpr(..., 'CASE WHEN partition "
+                       ">= 0 THEN partition END AS partition'). The task fails before producing the rows; with "
+                       "exactly_once its transaction is aborted and nothing of it becomes visible.")
 
 
 def _header_lists(column: Any) -> list[Any]:

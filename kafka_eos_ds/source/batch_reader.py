@@ -9,7 +9,7 @@ from pyspark.sql.types import StructType
 
 from kafka_eos_ds.source.metadata import KafkaMetadata
 from kafka_eos_ds.source.options import SourceOptions
-from kafka_eos_ds.source.planning import input_partitions
+from kafka_eos_ds.source.planning import check_batch_bounds, input_partitions
 from kafka_eos_ds.source.positions import resolve
 from kafka_eos_ds.source.reading import read_partition
 from kafka_eos_ds.source.schema import check_schema
@@ -51,6 +51,7 @@ class KafkaBatchReader(DataSourceReader):
             earliest = metadata.earliest(parts)
         finally:
             metadata.close()
+        check_batch_bounds(start, end, self.options.starting, self.options.ending)
         return input_partitions(self.options, start, end, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:  # type: ignore[override]

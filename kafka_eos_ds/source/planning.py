@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from pyspark.sql.datasource import InputPartition
 
-from kafka_eos_ds.errors import DataLossError
+from kafka_eos_ds.errors import ConfigError, DataLossError
 from kafka_eos_ds.kafka.settings import ClientParams
 from kafka_eos_ds.source.offsets import Offsets
+from kafka_eos_ds.source.options import OffsetSpec, Position
 
 if TYPE_CHECKING:
     from kafka_eos_ds.source.options import SourceOptions
@@ -102,6 +103,36 @@ def plan_ranges(start: Offsets, end: Offsets, earliest: Offsets, fail_on_data_lo
         if until > begin:
             ranges.append(OffsetRange(topic, partition, begin, until))
     return ranges
+
+
+def check_batch_bounds(start: Offsets, end: Offsets, starting: OffsetSpec, ending: OffsetSpec) -> None:
+    """Refuse a batch read that starts a partition after its end.
+
+    A streaming query's next range can go backwards when a topic is deleted and
+    re-created (data loss, :func:`plan_ranges`); a batch read's bounds come from its
+    options, so a start past the end is a wrong option, whatever ``failOnDataLoss`` says.
+    Spark's built-in source refuses such a read too (it checks each resolved start
+    against the resolved end); reading the partition as empty would hide the mistake."""
+    inverted = sorted(tp for tp in end if tp in start and start[tp] > end[tp])
+    if not inverted:
+        return
+    starting_option, ending_option = _option_name(starting, "starting"), _option_name(ending, "ending")
+    where = "; ".join(f"{t}-{p} starts at offset {start[(t, p)]}, after its end offset {end[(t, p)]}"
+                      for t, p in inverted)
+    raise ConfigError(
+        f"Cannot read: {where}. The start comes from the option '{starting_option}', the end from "
+        f"'{ending_option}' (a partition's latest offset when that is 'latest'). Set '{starting_option}' at or "
+        f"before the end, or '{ending_option}' at or after the start; offsets that were right once mean the "
+        "topic was deleted and re-created since. failOnDataLoss does not apply: these are the read's own "
+        "bounds, not offsets that vanished while a query ran.")
+
+
+def _option_name(spec: OffsetSpec, side: str) -> str:
+    if spec.kind is Position.TIMESTAMP:
+        return f"{side}Timestamp"
+    if spec.kind is Position.TIMESTAMPS:
+        return f"{side}OffsetsByTimestamp"
+    return f"{side}Offsets"
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: Optional[int] = None,

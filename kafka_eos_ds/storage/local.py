@@ -1,5 +1,6 @@
-"""A local disk (or a shared POSIX mount), through ``os``: rename is atomic, and an
-``fsync`` of the file and then of its directory makes a write or a rename durable."""
+"""A local disk (or a shared POSIX mount), through ``os``: a hard link creates a name
+only if it is free, in one step, and an ``fsync`` of the file and then of its directory
+makes a write or a move durable."""
 
 from __future__ import annotations
 
@@ -56,10 +57,14 @@ class LocalStore:
 
     def rename(self, src: str, dst: str) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        if os.path.exists(dst):
-            raise FileExistsError(dst)
-        os.rename(src, dst)
+        # A hard link, then the old name removed: POSIX rename() replaces an existing
+        # destination silently, link() refuses it (FileExistsError) in the same step that
+        # creates the name, so of two movers to one name exactly one wins.
+        os.link(src, dst)
+        os.unlink(src)
         fsync_dir(os.path.dirname(dst))
+        if os.path.dirname(src) != os.path.dirname(dst):
+            fsync_dir(os.path.dirname(src))
 
 
 class LocalOutput:

@@ -8,7 +8,8 @@ place that orders the steps, so every sink built on it gets the same guarantees:
 * ``commit`` is idempotent per write (:mod:`.identity`); ``abort`` never touches a
   decided write;
 * recovery commits what was decided and fences everything else the writer left open;
-* a decided participant that turns out aborted fails loudly (TransactionLostError).
+* a decided participant that turns out aborted fails loudly (TransactionLostError), and
+  so does one whose outcome can no longer be told (TransactionError, never a guess).
 
 It calls only the ports declared in :mod:`.protocol`; nothing here knows Kafka.
 """
@@ -20,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError
+from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.identity import Kind, WriteId
 from kafka_eos_ds.twophase.protocol import (
@@ -155,12 +156,17 @@ class TwoPhaseCommitter:
                 # Known lost (and said so, by this error): recorded, so that the loss fails
                 # one write, not every later one. Any other failure keeps the decision for
                 # the next writer: the job may even still be committing it itself.
-                self._record_lost(key, decision)
+                self._record(key, decision.with_state(DecisionState.LOST))
+                raise
+            except TransactionOutcomeUnknownError:
+                # The same for an outcome that can no longer be told: said once, by this
+                # error, which names what to check; asking again would only say it again.
+                self._record(key, decision.with_state(DecisionState.UNTOLD))
                 raise
 
-    def _record_lost(self, key: str, decision: Decision) -> None:
-        lost = decision.with_state(DecisionState.LOST)
-        self._retrying(lambda: self.decisions.write(key, lost), f"Could not record job {key}'s loss", then=_RESTART)
+    def _record(self, key: str, decision: Decision) -> None:
+        self._retrying(lambda: self.decisions.write(key, decision),
+                       f"Could not record how job {key}'s commit ended", then=_RESTART)
 
     def commit_decided(self, decision: Decision) -> None:
         """Commit ``decision``'s participants (with its progress) and nothing else: no
@@ -389,6 +395,12 @@ class TwoPhaseCommitter:
                 f"({', '.join(p.id for p in lost)}); their records are not in the output. "
                 + self.participants.lost_message(lost)
             )
+        unknown = [p for p, outcome in outcomes if outcome is Outcome.UNKNOWN]
+        if unknown:
+            raise TransactionOutcomeUnknownError(
+                f"Cannot tell whether batch {decision.batch_id} of query {decision.query_id} committed: the outcome "
+                f"of {len(unknown)} of its {len(parts)} decided transaction(s) can no longer be told. "
+                + self.participants.unknown_outcome_message(unknown), retriable=False)
 
     def _commit_one(self, participant: Participant) -> Outcome:
         outcome: Outcome = self._retrying(lambda: self.participants.commit(participant),

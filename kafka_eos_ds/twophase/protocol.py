@@ -43,6 +43,9 @@ class DecisionState(str, enum.Enum):
     # A batch job's decision found partly aborted (a TransactionLostError said so): nothing
     # more can be done for it, and later writers need not stop on it again.
     LOST = "lost"
+    # A batch job's decision some of whose transactions' outcome could no longer be told
+    # (a TransactionOutcomeUnknownError said so, once): later writers need not stop on it.
+    UNTOLD = "untold"
 
 
 DECIDED = DecisionState.DECIDED
@@ -148,6 +151,7 @@ class Outcome(enum.Enum):
     COMMITTED = "committed"  # committed now, or had been committed before
     LOST = "lost"            # known to be aborted (e.g. timed out): never becomes visible
     RETRY = "retry"          # not known yet (coordinator moving, broker down): try again
+    UNKNOWN = "unknown"      # can no longer be told (the evidence is gone): fail loudly, never guess
 
 
 class DecisionLog(Protocol):
@@ -200,6 +204,10 @@ class Participants(Protocol):
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
         """Why decided participants can be lost and which settings to check (for the error)."""
+
+    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+        """What is known of participants whose outcome cannot be told, and what the operator
+        can check and do (for the error)."""
 
 
 class ProgressStore(Protocol):

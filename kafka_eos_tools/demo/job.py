@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+from typing import Optional, Sequence
 
 
 def build_query(spark, args: argparse.Namespace):
@@ -144,6 +145,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sink-format", default="kafka_eos",
                         help="kafka_eos, or kafka for Spark's built-in sink (needs --jars)")
     parser.add_argument("--jars", default=None, help="spark.jars (for the built-in Kafka connector)")
+    parser.add_argument("--driver-java-options", default=None, help="spark.driver.extraJavaOptions")
     parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
     parser.add_argument("--foreach-batch", action="store_true",
                         help="write each micro-batch with df.write inside foreachBatch")
@@ -154,6 +156,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    spark = session(args.master, args.jars, args.driver_java_options)
+    query, drain = start(spark, args)
+    stopping: list = []
+    # SIGTERM is a clean stop: the query finishes its current step and stops.
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    run_until_done(query, drain, stopping)
+    spark.stop()
+    return 0
+
+
+def session(master: Optional[str], jars: Optional[str], java_options: Optional[str] = None):
+    """The job's SparkSession, with the sources registered (``master``: default local[2];
+    under spark-submit, the one it was given). ``java_options``: the driver JVM's, passed
+    to spark-submit when this process starts the JVM."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -162,8 +178,10 @@ def main(argv=None) -> int:
     builder = SparkSession.builder
     # Under spark-submit the master comes from the command line; a default here would override it.
     # (spark-submit starts the JVM first and hands Python its gateway port.)
-    if args.master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(args.master or "local[2]")
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or "local[2]")
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     spark = (builder.appName("kafka-eos-demo")
              .config("spark.sql.shuffle.partitions", "3")
              .config("spark.ui.enabled", "false")
@@ -171,23 +189,30 @@ def main(argv=None) -> int:
              .config("spark.driver.memory", "1g")
              # An idle query reports progress every second, so a drain sees it is done.
              .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
-             .config("spark.jars", args.jars or "")
+             .config("spark.jars", jars or "")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     kafka_eos_ds.register(spark)
+    return spark
+
+
+def start(spark, args: argparse.Namespace):
+    """Start the query; with ``--available-now`` where Spark cannot drain, also the
+    :class:`Drain` that tells when to stop it (its target read before the query starts)."""
     drain = Drain(args.bootstrap, args.input) if args.available_now and not available_now_supported() else None
     query = build_query(spark, args)
     print(f"JOB_STARTED {query.id}", flush=True)
-    stopping = []
-    # SIGTERM is a clean stop: the query finishes its current step and stops. The wait
-    # loop returns to Python every second so the handler gets to run.
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    return query, drain
+
+
+def run_until_done(query, drain: Optional[Drain], stopping: Sequence = ()) -> None:
+    """Wait for the query to end: by itself (availableNow, or a failure, which raises), once
+    ``drain`` is reached, or once ``stopping`` holds anything. The wait returns to Python
+    every second so a signal handler gets to run."""
     while not query.awaitTermination(1):
         if stopping or (drain is not None and drain.reached(query)):
             query.stop()
             break
-    spark.stop()
-    return 0
 
 
 if __name__ == "__main__":

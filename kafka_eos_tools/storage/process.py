@@ -42,10 +42,12 @@ class ServerProcess:
         # Own session: a Ctrl-C or a test killing its process group leaves the server to be
         # stopped deliberately, by pid, through stop().
         with open(log_file, "ab") as log:
-            proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=dict(env) if env is not None else None,
-                                    cwd=cwd)
-        self.pid: int | None = proc.pid
+            # Kept so that its exit status is collected (a Popen dropped while its process
+            # runs is a ResourceWarning); the process itself is handled by pid.
+            self._popen = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=True,
+                                           env=dict(env) if env is not None else None, cwd=cwd)
+        self.pid: int | None = self._popen.pid
 
     def alive(self) -> bool:
         return is_alive(self.pid)
@@ -57,6 +59,7 @@ class ServerProcess:
         last: Exception | None = None
         while time.monotonic() < deadline:
             if not self.alive():
+                self._popen.poll()
                 raise ServerError(f"{self.name} exited during start-up. Log tail:\n{self.log_tail()}")
             try:
                 if ready():
@@ -71,6 +74,7 @@ class ServerProcess:
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
         terminate(self.pid, timeout)
+        self._popen.poll()  # its status: reaped by terminate() already, or now
         self.pid = None
 
     def log_tail(self, lines: int = 25) -> str:

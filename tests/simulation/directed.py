@@ -75,13 +75,15 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                              "after a lost checkpoint, a decided batch whose first transaction committed is "
                              "finished only by the recovery of the new query's first batch: with no new input "
                              "within the transaction timeout, the rest is lost, silently"),
-    "expired-id-after-commit": (expired_id_after_commit, {"false-lost"},
-                                "a committed transaction whose id expired (or moved to a newer epoch) is "
-                                "classified lost: a fully committed batch fails every restart"),
+    "expired-id-after-commit": (expired_id_after_commit, set(),
+                                "fixed: a committed transaction whose id expired (or moved to a newer epoch) was "
+                                "classified lost (it is now 'cannot tell': a loud stop that names what to check)"),
     "file-zombie-decision": (file_zombie_decision, set(),
-            "fixed: a zombie driver of the file sink wrote its stale decision over a newer one (decisions are now numbered files created only if absent)"),
+            "fixed: a zombie driver of the file sink wrote its stale decision over a newer one (decisions are now "
+            "numbered files created only if absent)"),
     "file-zombie-rename": (file_zombie_rename, set(),
-            "fixed: a zombie driver's commit rename failed with a raw FileNotFoundError (a rename done meanwhile is a commit)"),
+            "fixed: a zombie driver's commit rename failed with a raw FileNotFoundError (a rename done meanwhile "
+            "is a commit)"),
     "stage-retry-same-id": (stage_retry_same_id, {"decided-fenced"},
                             "a resubmitted stage's task starts again at attempt number 0, on the id an old stage "
                             "attempt's task still uses: the later of the two to start its transaction aborts the "
@@ -93,7 +95,9 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                                "reads that record, counts itself as the run's first write again, and skips itself: "
                                "its rows are lost, silently"),
     "finish-jobs-forget": (finish_jobs_forget, set(),
-            "fixed: a df.write finishing another job's decision dropped it when that failed part-way (it is recorded done, or kept)"),
+            "fixed: a df.write finishing another job's decision dropped it when that failed part-way (it is "
+            "recorded done, or kept)"),
     "foreach-file-zombie": (foreach_file_zombie, set(),
-            "fixed: a zombie file-sink driver recorded its write done over a newer decision and wrote the micro-batch again"),
+            "fixed: a zombie file-sink driver recorded its write done over a newer decision and wrote the "
+            "micro-batch again"),
 }

@@ -3,7 +3,6 @@ the file sink's zombie drivers (the table of all directed schedules: :mod:`.dire
 
 from __future__ import annotations
 
-import json
 import random
 
 from kafka_eos_ds.filesink.layout import writer_dir

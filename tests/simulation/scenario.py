@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from tests.simulation.invariants import Oracle
 from tests.simulation.model.coordinator import SHORT_MAX
-from tests.simulation.spark_jobs import BatchJob
+from tests.simulation.spark_jobs import BatchJob, loud_partial
 from tests.simulation.spark_shapes import StreamQuery
 from tests.simulation.world import World
 
@@ -62,7 +62,7 @@ def check_stream(w: World, oracle: Oracle, q: StreamQuery, jobs: list[BatchJob] 
     oracle.check_outputs(visible, expected, complete)
     shown = {v for values in visible.values() for v in values}
     for job in jobs:
-        if "TransactionLostError" not in job.outcome:  # a loud partial outcome
+        if not loud_partial(job.outcome):
             oracle.check_atomic(job.label, job.values(), shown)
     if q.sink.kind == "kafka":
         oracle.check_decided()

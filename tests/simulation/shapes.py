@@ -31,7 +31,7 @@ from typing import Any, Callable
 from tests.simulation.invariants import Oracle
 from tests.simulation.scenario import Scenario, check_stream, cleanup_check, epochs, run_cleanup
 from tests.simulation.sinks import FileSink, KafkaSink, other_sink
-from tests.simulation.spark_jobs import BatchJob
+from tests.simulation.spark_jobs import BatchJob, loud_partial
 from tests.simulation.spark_shapes import StreamQuery
 from tests.simulation.world import World
 from tests.simulation.write_shapes import WRITE_SHAPES
@@ -42,8 +42,7 @@ from tests.simulation.write_shapes import WRITE_SHAPES
 _ZOMBIES = ("zombie drivers acting on a stale read: recovery, the post-commit sweep or Spark's abort fence a batch a "
             "newer driver decided (directed zombie-driver-recovery, zombie-driver-sweep); a zombie task, or an old "
             "stage attempt's task restarted at attempt 0, opening a transaction on an id a decision names "
-            "(stage-retry-same-id); a transaction committed and fenced after, or expired, then read as lost "
-            "(expired-id-after-commit)")
+            "(stage-retry-same-id)")
 _STREAM = {"decided-fenced", "false-lost", "progress"}
 _WHY_STREAM = _ZOMBIES + "; a zombie recovery re-attaching a done batch's progress (zombie-recovery-carry)"
 _JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
@@ -150,7 +149,7 @@ def _batch(w: World, oracle: Oracle, rng: random.Random, concurrent: bool = Fals
         oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
         shown = {v for values in visible.values() for v in values}
         for job in jobs:
-            if "TransactionLostError" not in job.outcome:  # a loud partial outcome
+            if not loud_partial(job.outcome):
                 oracle.check_atomic(job.label, job.values(), shown)
         oracle.check_decided()
         cleanup_check(oracle, cleanup[0])

@@ -105,4 +105,14 @@ class BatchJob:
         unexpected(self.oracle, actor.name, actor.error)
         if isinstance(actor.error, TransactionLostError):
             self.oracle.lost_claim(actor.error)
+        self.oracle.unknown_claim(actor.error)
         self.outcome = f"failed: {type(actor.error).__name__}"
+        if "Cannot tell whether" in str(actor.error):
+            # Loud by design: the operator is told to look at the output (never a guess).
+            self.outcome += " (cannot tell)"
+
+
+def loud_partial(outcome: str) -> bool:
+    """A job that stopped loudly with part of its output possibly committed: a
+    TransactionLostError, or an outcome that can no longer be told."""
+    return "TransactionLostError" in outcome or "(cannot tell)" in outcome

@@ -20,7 +20,7 @@ from typing import Callable
 from tests.simulation.invariants import Oracle
 from tests.simulation.scenario import Scenario, epochs
 from tests.simulation.sinks import KafkaSink
-from tests.simulation.spark_jobs import BatchJob
+from tests.simulation.spark_jobs import BatchJob, loud_partial
 from tests.simulation.spark_shapes import StreamQuery
 from tests.simulation.world import World
 
@@ -63,7 +63,7 @@ def _app_writes(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
         for app in apps:
             user(app)
         for label, jobs in runs.items():
-            if not any(j.outcome == "ok" for j in jobs) and not any("TransactionLostError" in j.outcome
+            if not any(j.outcome == "ok" for j in jobs) and not any(loud_partial(j.outcome)
                                                                     for j in jobs):
                 oracle.fail("stuck", f"{label} failed on every run, also after the faults: {jobs[-1].outcome}")
 
@@ -74,7 +74,7 @@ def _app_writes(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
         oracle.check_outputs(visible, expected, complete)
         shown = {v for values in visible.values() for v in values}
         for label, jobs in runs.items():
-            if not any("TransactionLostError" in j.outcome for j in jobs):  # a loud partial outcome
+            if not any(loud_partial(j.outcome) for j in jobs):
                 oracle.check_atomic(label, jobs[0].values(), shown)
         oracle.check_decided()
 
