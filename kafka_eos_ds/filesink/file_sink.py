@@ -12,7 +12,7 @@ and :class:`~.participants.FileParticipants` — into a
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -23,10 +23,14 @@ from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
+from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
-from kafka_eos_ds.twophase.protocol import DoneMark, Participant
+from kafka_eos_ds.twophase.protocol import DoneMark, Participant, Participants
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.storage.s3 import S3Store
 
 
 class FileSink:
@@ -39,7 +43,7 @@ class FileSink:
         self.schema = schema
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
-        check_writable(self.config.layout)
+        check_writable(self.config.layout, self.config.store())
         if spec.streaming:
             try:
                 query = Checkpoint.at(self.config.checkpoint, self.config.storage).query_id()
@@ -65,11 +69,18 @@ class FileSink:
         self._committer().abort(write, participants, fallback)
 
     def _committer(self) -> TwoPhaseCommitter:
-        layout = self.config.layout
-        # Renames are local and quick: a short grace sweep is enough for tasks still
-        # closing their files when a write is aborted. Streams stage apart (their own
-        # writer directory): several may write one directory.
-        return TwoPhaseCommitter(FileDecisionLog(layout), FileParticipants(layout),
+        layout, store = self.config.layout, self.config.store()
+        participants: Participants
+        if store.renames:
+            participants = FileParticipants(layout, cast(RenameStore, store))
+        else:
+            from kafka_eos_ds.filesink.uploads import UploadParticipants
+
+            participants = UploadParticipants(layout, cast("S3Store", store))
+        # A short grace sweep is enough for tasks still closing their files when a write
+        # is aborted. Streams stage apart (their own writer directory): several may write
+        # one directory.
+        return TwoPhaseCommitter(FileDecisionLog(layout, store), participants,
                                  commit_timeout_s=self.config.commit_timeout_s, abort_grace_s=1.0,
                                  streams_share_ids=False)
 
@@ -82,7 +93,7 @@ def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStr
     ``DIR/_kafka_eos/<writer>/decisions/``, then renames every pending file of the
     batch to ``DIR/part-<batch>-<partition>-<query>.<ext>``. Options: docs/file-sink.md.
     """
-    return TwoPhaseStreamWriter(FileSink(FileSinkConfig.from_options(options), schema))
+    return TwoPhaseStreamWriter(FileSink(FileSinkConfig.from_options(options, schema), schema))
 
 
 def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool) -> TwoPhaseBatchWriter:
@@ -91,4 +102,4 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
     if overwrite:
         raise ConfigError("The kafka_eos_file sink only adds files (mode 'append'); mode 'overwrite' is not "
                           "supported. Write to a new 'path' or empty the directory first.")
-    return TwoPhaseBatchWriter(FileSink(FileSinkConfig.from_options(options), schema), options)
+    return TwoPhaseBatchWriter(FileSink(FileSinkConfig.from_options(options, schema), schema), options)

@@ -56,7 +56,8 @@ EXTENSIONS = {"parquet": "parquet", "jsonl": "jsonl"}
 
 _ID = re.compile(r"^(?P<writer>[a-z][0-9a-f]{8})/(?P<token>[0-9a-z]{1,32})-(?P<batch>\d+)-(?P<partition>\d+)"
                  r"(-(?P<attempt>\d+))?$")
-_UPLOAD = re.compile(r"^part-(?P<batch>\d+)-(?P<partition>\d+)-(?P<writer>[a-z][0-9a-f]{8})-(?P<token>[0-9a-z]{1,32})\.")
+_UPLOAD = re.compile(r"^part-(?P<batch>\d+)-(?P<partition>\d+)-(?P<writer>[a-z][0-9a-f]{8})"
+                     r"-(?P<token>[0-9a-z]{1,32})\.")
 
 
 def query_token(query_id: Optional[str]) -> str:

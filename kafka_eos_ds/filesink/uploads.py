@@ -27,6 +27,7 @@ import uuid
 from typing import Any, Optional, Sequence
 
 from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.filesink.encoding import FileEncoder
 from kafka_eos_ds.filesink.handles import StagedFile, files_of
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.storage.s3 import S3Store
@@ -90,6 +91,11 @@ class UploadParticipants:
         writer = writer_dir(write.key)
         return sorted(str(fid) for fid in self._list() if fid.writer == writer)
 
+    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+        # Never needed: an upload or an object with the file's tag tells. Here for the port's sake.
+        return (f"Look for their objects under '{self.store.url}{self.layout.root}': "
+                + ", ".join(f.final for p in participants for f in files_of(p.handle)) + ".")
+
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return ("Their multipart uploads were aborted before the commit completed them (a bucket lifecycle rule "
                 "'AbortIncompleteMultipartUpload', or a manual clean-up). Re-process the affected input.")
@@ -104,6 +110,31 @@ class UploadParticipants:
         with self._lock:
             self._listed = found
         return found
+
+
+class UploadWriter:
+    """One of a task's files on S3: encoded into an :class:`UploadOutput` at its final key."""
+
+    def __init__(self, file_format: str, store: S3Store, key: str, part_size: int, label: str) -> None:
+        self.output = UploadOutput(store, key, part_size, label)
+        self._encoder = FileEncoder(file_format, lambda: self.output)
+
+    @property
+    def records(self) -> int:
+        return self._encoder.records
+
+    def write_batch(self, batch: Any) -> None:
+        self._encoder.write_batch(batch)
+
+    def pre_commit(self) -> None:
+        self._encoder.finish()  # sends the last part; the upload stays open
+
+    def abort(self) -> None:
+        self._encoder.discard()
+
+    def staged(self, partition: str, relative: str) -> StagedFile:
+        out = self.output
+        return StagedFile(relative, "", partition, self.records, out.upload, tuple(out.parts), out.tag)
 
 
 class UploadOutput:
@@ -149,9 +180,6 @@ class UploadOutput:
                 self.store.abort(self.key, self.upload)
             except Exception:  # best effort: recovery aborts what is left
                 pass
-
-    def staged(self, partition: str, records: int, relative: str) -> StagedFile:
-        return StagedFile(relative, "", partition, records, self.upload, tuple(self.parts), self.tag)
 
     def _send(self) -> None:
         if not self.upload:

@@ -26,7 +26,7 @@ otherwise, at each store's boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping, Optional, Protocol
+from typing import Any, Mapping, Optional, Protocol
 from urllib.parse import urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -82,10 +82,29 @@ class Store(Protocol):
         """Delete ``path`` and everything under it."""
 
 
+class Output(Protocol):
+    """A file being written (what Parquet and JSON-lines encoders write into)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def write(self, data: Any) -> int: ...
+
+    def tell(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None:
+        """Complete the file durably (local: fsync; HDFS: blocks acknowledged; S3: the last part sent)."""
+
+    def discard(self) -> None:
+        """Close without caring whether it completes (the file is deleted or aborted anyway)."""
+
+
 class RenameStore(Store, Protocol):
     """A store that renames (local, HDFS): a task's file is written in place and renamed."""
 
-    def create(self, path: str) -> IO[bytes]:
+    def create(self, path: str) -> Output:
         """A new file open for writing; FileExistsError if one is there (two writers never
         share a file). The parent directory is created."""
 

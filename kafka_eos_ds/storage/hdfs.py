@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import uuid
-from typing import IO, Any, Callable, TypeVar, cast
+from typing import Any, Callable, TypeVar
 
 from kafka_eos_ds.errors import ConfigError, StorageError
 from kafka_eos_ds.storage import StorageOptions
@@ -72,9 +72,9 @@ class HdfsStore:
     def delete_tree(self, path: str) -> None:
         self._call(lambda: self._client.delete(path, True), path)
 
-    def create(self, path: str) -> IO[bytes]:
+    def create(self, path: str) -> "HdfsOutput":
         options = self._native.WriteOptions(overwrite=False, create_parent=True)
-        return cast(IO[bytes], HdfsOutput(self._call(lambda: self._client.create(path, options), path)))
+        return HdfsOutput(self._call(lambda: self._client.create(path, options), path))
 
     def rename(self, src: str, dst: str) -> None:
         parent = posixpath.dirname(dst)

@@ -8,7 +8,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 
 class LocalStore:
@@ -51,9 +51,9 @@ class LocalStore:
     def delete_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
-    def create(self, path: str) -> IO[bytes]:
+    def create(self, path: str) -> "LocalOutput":
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return cast(IO[bytes], LocalOutput(path))
+        return LocalOutput(path)
 
     def rename(self, src: str, dst: str) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)

@@ -132,7 +132,8 @@ class S3Store:
         def pages() -> list[Any]:
             return list(self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket,
                                                                                       Prefix=prefix))
-        return [("/" + u["Key"], str(u["UploadId"])) for page in self._call(pages, path) for u in page.get("Uploads", ())]
+        return [("/" + u["Key"], str(u["UploadId"]))
+                for page in self._call(pages, path) for u in page.get("Uploads", ())]
 
     def _call(self, call: Callable[[], T], path: str) -> T:
         from botocore.exceptions import BotoCoreError, ClientError
