@@ -180,3 +180,56 @@ def test_table_options_are_checked_together(tmp_path, options, message):
     with pytest.raises(ConfigError, match=message):
         FileSinkConfig.from_options({"path": str(tmp_path), **options})
 
+
+# -- announcing a committed batch ----------------------------------------------------------------
+
+def test_success_markers_appear_in_each_partition_a_batch_committed_into(tmp_path):
+    options = {"path": str(tmp_path), "partitionBy": "country", "successFile": "true"}
+    sink = FileSink(FileSinkConfig.from_options(options, SCHEMA), SCHEMA)
+    write = WriteId(Kind.STREAM, "q", 0)
+    msg = sink.write(Task(write, 0, 0), DoneMark(), iter([_batch([1, 2], ["de", "fr"], [None, None])]))
+    assert not list(tmp_path.glob("*/_SUCCESS"))
+    sink.commit(write, [msg.participant()])
+    assert sorted(p.parent.name for p in tmp_path.glob("*/_SUCCESS")) == ["country=de", "country=fr"]
+    # Readers skip it ('_'): the table holds the two rows only.
+    assert ds.dataset(str(tmp_path), format="parquet", partitioning="hive").count_rows() == 2
+
+
+def test_a_publish_step_that_failed_runs_again_when_a_restart_finishes_the_batch(tmp_path):
+    """The driver dies (or the metastore is down) after the batch's files are final and
+    before it is recorded done: the restart's recovery publishes the batch again."""
+    from kafka_eos_ds.errors import StorageError
+    from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+    from kafka_eos_ds.filesink.layout import Layout
+    from kafka_eos_ds.twophase import DECIDED, DONE, TwoPhaseCommitter
+
+    published: list[int] = []
+
+    def publish(decision):
+        published.append(decision.batch_id)
+        if len(published) == 1:
+            raise StorageError("no Hive metastore answers", retriable=False)
+
+    sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path)}, SCHEMA), SCHEMA)
+    layout = Layout(tmp_path)
+    write = WriteId(Kind.STREAM, "q", 3)
+    msg = sink.write(Task(write, 0, 0), DoneMark(), iter([_batch([1], ["de"], [None])]))
+    committer = TwoPhaseCommitter(FileDecisionLog(layout), FileParticipants(layout), streams_share_ids=False,
+                                  publish=publish)
+    with pytest.raises(StorageError):
+        committer.commit(write, [msg.participant()])
+    assert published == [3] and FileDecisionLog(layout).latest("q:q").state == DECIDED
+    assert len(list(tmp_path.glob("part-*"))) == 1  # the files are final; the batch is not done
+    mark = TwoPhaseCommitter(FileDecisionLog(layout), FileParticipants(layout), streams_share_ids=False,
+                             publish=publish).recover(WriteId(Kind.STREAM, "q", -1))
+    assert published == [3, 3] and mark == DoneMark("q", 3)
+    assert FileDecisionLog(layout).latest("q:q").state == DONE
+
+
+def test_a_metastore_that_does_not_answer_is_a_storage_error_naming_the_option():
+    from kafka_eos_ds.errors import StorageError
+    from kafka_eos_ds.filesink.metastore import Metastore
+
+    with pytest.raises(StorageError, match="'hive.metastore.uris'") as info:
+        Metastore("lake", "events", ["thrift://127.0.0.1:1"], "file:///lake/events").register(["dt=1"])
+    assert info.value.retriable  # a metastore restarting: the committer retries

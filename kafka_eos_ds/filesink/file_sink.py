@@ -4,10 +4,13 @@
 and :class:`~.participants.FileParticipants` — into a
 :class:`~kafka_eos_ds.twophase.TwoPhaseCommitter`:
 
-* ``prepare`` (planner): the directory can be written; a stream, or an app write
-  (``txnAppId``), finishes what its earlier runs decided and deletes what they staged;
+* ``prepare`` (planner): the directory can be written (and the metastore table exists, if
+  one is named); a stream, or an app write (``txnAppId``), finishes what its earlier runs
+  decided and deletes what they staged;
 * ``write`` (executor): :func:`~.task.write_files`;
-* ``commit``/``abort`` (driver): under the identity the tasks reported.
+* ``commit``/``abort`` (driver): under the identity the tasks reported; once a batch's
+  files are final, :mod:`.publishing` announces it (``_SUCCESS`` markers, metastore
+  partitions).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
+from kafka_eos_ds.filesink.publishing import prepare_table, publisher
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import RenameStore
@@ -44,6 +48,7 @@ class FileSink:
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
         check_writable(self.config.layout, self.config.store())
+        prepare_table(self.config, self.schema)
         if spec.streaming:
             try:
                 query = Checkpoint.at(self.config.checkpoint, self.config.storage).query_id()
@@ -82,7 +87,7 @@ class FileSink:
         # one directory.
         return TwoPhaseCommitter(FileDecisionLog(layout, store), participants,
                                  commit_timeout_s=self.config.commit_timeout_s, abort_grace_s=1.0,
-                                 streams_share_ids=False)
+                                 streams_share_ids=False, publish=publisher(self.config))
 
 
 def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:
