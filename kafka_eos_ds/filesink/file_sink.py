@@ -15,6 +15,7 @@ and :class:`~.participants.FileParticipants` — into a
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -24,6 +25,7 @@ from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
+from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
 from kafka_eos_ds.filesink.publishing import prepare_table, publisher
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
@@ -35,6 +37,8 @@ from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStr
 
 if TYPE_CHECKING:
     from kafka_eos_ds.storage.s3 import S3Store
+
+log = logging.getLogger(__name__)
 
 
 class FileSink:
@@ -58,7 +62,10 @@ class FileSink:
                 # Without the query's id its staging cannot be found: its tasks then write
                 # under new names (a re-run of a decided batch is still caught at commit).
                 return DoneMark()
-            return self._committer().recover(WriteId(Kind.STREAM, query, -1))
+            committer = self._committer()
+            if committer.decisions.latest(f"{Kind.STREAM.value}:{query}") is None:
+                self._finish_other_streams(committer, query)
+            return committer.recover(WriteId(Kind.STREAM, query, -1))
         planned = spec.planned()
         return self._committer().recover(planned) if planned is not None else DoneMark()
 
@@ -66,7 +73,10 @@ class FileSink:
         return write_files(self.config, task, mark, items, self.schema)
 
     def commit(self, write: WriteId, participants: Sequence[Optional[Participant]]) -> None:
-        self._committer().commit(write, participants)
+        progress = None
+        if write.kind is Kind.STREAM:
+            progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
+        self._committer().commit(write, participants, progress)
 
     def abort(self, write: Optional[WriteId], participants: Sequence[Optional[Participant]],
               spec: WriteSpec) -> None:
@@ -87,7 +97,23 @@ class FileSink:
         # one directory.
         return TwoPhaseCommitter(FileDecisionLog(layout, store), participants,
                                  commit_timeout_s=self.config.commit_timeout_s, abort_grace_s=1.0,
-                                 streams_share_ids=False, publish=publisher(self.config))
+                                 streams_share_ids=False, publish=publisher(self.config),
+                                 progress_store=RecordedProgress())
+
+    def _finish_other_streams(self, committer: TwoPhaseCommitter, query: str) -> None:
+        """A new query's first batch: commit what the table's other streams decided and never
+        recorded done (a query whose checkpoint was lost). Decided is committed, whoever
+        finishes it; and a query resuming from the table's offsets (:mod:`.progress`)
+        counts those batches as written. Their decisions stay theirs: nothing is recorded
+        in another query's log (it may still be running), so a later new query commits
+        them again, which finds them committed."""
+        for _key, decision in committer.decisions.unfinished(Kind.STREAM.value):
+            if decision.query_id != query:
+                log.warning("committing batch %s of query %s, decided but never recorded done", decision.batch_id,
+                            decision.query_id)
+                committer.commit_decided(decision)
+                if committer.publish is not None:
+                    committer.publish(decision)
 
 
 def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:
