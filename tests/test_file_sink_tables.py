@@ -233,3 +233,41 @@ def test_a_metastore_that_does_not_answer_is_a_storage_error_naming_the_option()
     with pytest.raises(StorageError, match="'hive.metastore.uris'") as info:
         Metastore("lake", "events", ["thrift://127.0.0.1:1"], "file:///lake/events").register(["dt=1"])
     assert info.value.retriable  # a metastore restarting: the committer retries
+
+
+def test_rows_as_pyspark_40_hands_them_are_partitioned_too(tmp_path):
+    """pyspark 4.0 gives the sink Rows, not Arrow batches: they are gathered into batches
+    with the DataFrame's schema and split the same way."""
+    from pyspark.sql import Row
+
+    sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path), "partitionBy": "dt=date(ts)"}, SCHEMA),
+                    SCHEMA)
+    write = WriteId(Kind.STREAM, "q", 0)
+    day = dt.datetime(2026, 11, 24, 12, tzinfo=UTC)
+    rows = [Row(id=i, country="de", ts=day + dt.timedelta(days=i % 2), day=None) for i in range(4)]
+    msg = sink.write(Task(write, 0, 0), DoneMark(), iter(rows))
+    sink.commit(write, [msg.participant()])
+    table = ds.dataset(str(tmp_path), format="parquet", partitioning="hive").to_table()
+    assert sorted(zip(table.column("id").to_pylist(), map(str, table.column("dt").to_pylist()), strict=True)) == [
+        (0, "2026-11-24"), (1, "2026-11-25"), (2, "2026-11-24"), (3, "2026-11-25")]
+
+
+def test_a_rows_naive_timestamp_is_the_workers_local_time(tmp_path, monkeypatch):
+    """A Row holds Spark's TIMESTAMP as the Python worker's local time, without a zone:
+    00:30 in Berlin is 23:30 UTC the day before, and the UTC day bucket says so."""
+    import time
+
+    from pyspark.sql import Row
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path), "partitionBy": "dt=date(ts)"}, SCHEMA),
+                        SCHEMA)
+        write = WriteId(Kind.STREAM, "q", 0)
+        row = Row(id=1, country="de", ts=dt.datetime(2026, 11, 24, 0, 30), day=None)
+        sink.commit(write, [sink.write(Task(write, 0, 0), DoneMark(), iter([row])).participant()])
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert [p.name for p in tmp_path.glob("dt=*")] == ["dt=2026-11-23"]

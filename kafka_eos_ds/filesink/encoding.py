@@ -82,10 +82,25 @@ def record_batches(items: Iterable[Any], spark_schema: Any) -> Iterator[Any]:
 
 
 def _to_batch(rows: list[dict[str, Any]], spark_schema: Any) -> Any:
+    import inspect
+
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import TimestampType
 
-    return pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(spark_schema))
+    # Spark's TIMESTAMP is an instant: Arrow's is in UTC here. Newer pysparks ask for the
+    # zone (and refuse a timestamp column without one); older ones always used UTC.
+    zoned = "timezone" in inspect.signature(to_arrow_schema).parameters
+    schema = to_arrow_schema(spark_schema, timezone="UTC") if zoned else to_arrow_schema(spark_schema)
+    instants = [f.name for f in spark_schema.fields if isinstance(f.dataType, TimestampType)]
+    for row in rows if instants else ():
+        for name in instants:
+            value = row.get(name)
+            if isinstance(value, datetime.datetime):
+                # A Row holds a TIMESTAMP as the Python worker's local time (naive):
+                # astimezone reads a naive value as local time, an aware one as itself.
+                row[name] = value.astimezone(datetime.timezone.utc)
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
 def _json_value(value: Any) -> Any:

@@ -113,7 +113,11 @@ class Metastore:
         """A connected client of the first metastore that answers; every error of the
         calls made with it as StorageError (ConfigError for a missing database)."""
         from hmsclient import hmsclient
-        from hmsclient.genthrift.hive_metastore.ttypes import MetaException, NoSuchObjectException
+        from hmsclient.genthrift.hive_metastore.ttypes import (
+            InvalidObjectException,
+            MetaException,
+            NoSuchObjectException,
+        )
         from thrift.protocol import TBinaryProtocol
         from thrift.Thrift import TException
         from thrift.transport import TSocket, TTransport
@@ -135,7 +139,7 @@ class Metastore:
                                retriable=True)
         try:
             yield client
-        except NoSuchObjectException as exc:
+        except (NoSuchObjectException, InvalidObjectException) as exc:
             raise ConfigError(f"Option 'table' = '{self.database}.{self.name}': the metastore has no such database or "
                               f"table ({exc.message}). Create the database first.") from exc
         except MetaException as exc:
