@@ -126,14 +126,16 @@ class S3Store:
             pass  # gone already
 
     def uploads(self, path: str) -> list[tuple[str, str]]:
-        """``(key, upload id)`` of every upload in progress under ``path``."""
+        """``(key, upload id)`` of every upload in progress under ``path``. The bucket's
+        uploads are listed whole and filtered here: MinIO answers ListMultipartUploads'
+        ``Prefix`` only when it is a whole key (measured: the prefix ``t/`` listed nothing,
+        the key ``t/dt=1/part-a.parquet`` its upload, no prefix every upload)."""
         prefix = _key(path).rstrip("/") + "/" if _key(path) else ""
 
         def pages() -> list[Any]:
-            return list(self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket,
-                                                                                      Prefix=prefix))
+            return list(self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket))
         return [("/" + u["Key"], str(u["UploadId"]))
-                for page in self._call(pages, path) for u in page.get("Uploads", ())]
+                for page in self._call(pages, path) for u in page.get("Uploads", ()) if u["Key"].startswith(prefix)]
 
     def _call(self, call: Callable[[], T], path: str) -> T:
         from botocore.exceptions import BotoCoreError, ClientError
