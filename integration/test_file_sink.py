@@ -19,6 +19,7 @@ import pytest
 
 from integration.helpers import produce, run_to_end
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
+from integration.tables import Table, newest_decision
 from kafka_eos_ds.filesink.layout import query_token, writer_dir
 
 RECORDS = 450        # 2 input partitions, 150 offsets per batch -> batches 0..2
@@ -69,7 +70,7 @@ def test_batch_write_appends_files_atomically_in_both_formats(spark, tmp_path):
 
 @pytest.mark.parametrize("options, named", [
     ({}, "'path'"),
-    ({"path": "s3a://bucket/out"}, "'path'"),
+    ({"path": "gs://bucket/out"}, "'path'"),
     ({"fileFormat": "csv"}, "'fileFormat'"),
 ])
 def test_bad_options_fail_before_anything_is_written(spark, tmp_path, options, named):
@@ -138,8 +139,9 @@ def test_1_task_dies_before_precommit_is_retried_and_its_file_deleted(files):
     run = files.run("task-before-precommit@2#0!0")
     assert run.returncode == 0, run.log[-3000:]
     # Attempt 1 of partition 0 won batch 2 (attempt 0 died) ...
-    decision = json.loads((files.out / "_kafka_eos" / "decision.json").read_text())
-    assert decision["batchId"] == 2 and decision["state"] == "done", decision
+    query = json.loads(Path(files.checkpoint, "metadata").read_text())["id"]
+    decision = newest_decision(Table(str(files.out)), writer_dir(f"q:{query}"))
+    assert decision is not None and decision["batchId"] == 2 and decision["state"] == "done", decision
     assert [(t["partition"], t["attempt"]) for t in decision["transactions"]] == [(0, 1), (1, 0)], decision
     report = files.audit()
     assert report.ok, report

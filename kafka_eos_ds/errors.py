@@ -9,15 +9,18 @@
     │   │                              the protocol needs (any sink, not only Kafka)
     │   ├── TransactionFencedError     a newer writer owns the participant; this one is a zombie
     │   └── TransactionLostError       a decided participant was aborted (e.g. by timeout)
-    └── DataLossError                  offsets vanished (retention, deleted topic) and
-                                       failOnDataLoss is true
+    ├── DataLossError                  offsets vanished (retention, deleted topic) and
+    │                                  failOnDataLoss is true
+    └── StorageError                   a file-system or metastore call failed (HDFS, S3,
+                                       the Hive metastore; wraps the client's error)
 
 ``retriable`` says whether trying the same call again may help (a coordinator moving, a
 broker restarting); the two-phase committer retries exactly those errors.
 
 Lower-level errors (confluent_kafka.KafkaException, kafka.errors.KafkaError, OSError
-from subprocess) are translated into this tree at one boundary each, with ``raise ...
-from exc`` so the original stays attached.
+from subprocess, botocore's ClientError, hdfs-native's and Thrift's errors) are
+translated into this tree at one boundary each, with ``raise ... from exc`` so the
+original stays attached.
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ class DataLossError(KafkaEosError):
     """Offsets the query needs are gone and ``failOnDataLoss`` is true."""
 
 
+class StorageError(KafkaEosError):
+    """A call to a file system or the metastore failed; ``retriable`` says whether trying
+    again may help (a NameNode failing over, a throttled S3 request)."""
+
+
 __all__ = [
     "KafkaEosError",
     "ConfigError",
@@ -75,4 +83,5 @@ __all__ = [
     "TransactionLostError",
     "TransactionOutcomeUnknownError",
     "DataLossError",
+    "StorageError",
 ]

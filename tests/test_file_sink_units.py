@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,9 +46,12 @@ def test_file_id_round_trips_through_staging_names():
     fid = fid_("5a2bb5a1", 12, 3, 1)
     assert str(fid) == f"{W}/5a2bb5a1-12-3-1"
     layout = Layout(__import__("pathlib").Path("/out"), "parquet")
-    assert layout.in_progress(fid).as_posix() == f"/out/_kafka_eos/{W}/in-progress/5a2bb5a1-12-3-1.parquet"
-    assert layout.pending(fid).as_posix() == f"/out/_kafka_eos/{W}/pending/5a2bb5a1-12-3-1.parquet"
-    assert FileId.parse(f"{W}/{layout.pending(fid).name}") == fid
+    assert layout.in_progress(fid, "c0ffee00").as_posix() == \
+        f"/out/_kafka_eos/{W}/in-progress/5a2bb5a1-12-3-1.c0ffee00.parquet"
+    assert layout.pending(fid, "c0ffee00", 2).as_posix() == \
+        f"/out/_kafka_eos/{W}/pending/5a2bb5a1-12-3-1.c0ffee00.2.parquet"
+    assert FileId.parse(f"{W}/{layout.pending(fid, 'c0ffee00').name}") == fid
+    assert FileId.parse(f"{W}/{layout.pending(fid, 'c0ffee00', 2).name}") == fid
     assert FileId.parse(f"{W}/5a2bb5a1-12-3-1") == fid
 
 
@@ -96,8 +100,9 @@ def test_options_defaults_and_file_uri(tmp_path):
     ({}, "'path'"),
     ({"path": " "}, "'path'"),
     ({"path": "/tmp/x", "fileFormat": "csv"}, "'fileFormat'"),
-    ({"path": "s3a://bucket/out"}, "'path'"),
-    ({"path": "hdfs://nn:8020/out"}, "'path'"),
+    ({"path": "gs://bucket/out"}, "'path'"),
+    ({"path": "hdfs:///out"}, "'path'"),
+    ({"path": "s3a:///out"}, "'path'"),
     ({"path": "file://otherhost/out"}, "'path'"),
     ({"path": "/tmp/x", "commitTimeoutMs": "soon"}, "'commitTimeoutMs'"),
 ])
@@ -107,8 +112,8 @@ def test_bad_options_name_the_option(options, named):
 
 
 def test_unsupported_scheme_says_what_is_supported():
-    with pytest.raises(ConfigError, match="file: URI"):
-        FileSinkConfig.from_options({"path": "s3a://bucket/out"})
+    with pytest.raises(ConfigError, match="file: URI.*hdfs://.*s3a://"):
+        FileSinkConfig.from_options({"path": "gs://bucket/out"})
 
 
 def test_path_that_is_a_file_or_unwritable_is_a_config_error(tmp_path):
@@ -123,13 +128,14 @@ def test_path_that_is_a_file_or_unwritable_is_a_config_error(tmp_path):
 
 # -- the ports against a real directory -------------------------------------------
 
-def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"rows") -> Participant:
+def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"rows",
+           stamp: str = "5ea1ed00") -> Participant:
     layout.ensure(fid.writer)
-    path = layout.pending(fid) if where == "pending" else layout.in_progress(fid)
+    path = layout.pending(fid, stamp) if where == "pending" else layout.in_progress(fid, stamp)
     path.write_bytes(body)
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       {"pending": layout.relative(layout.pending(fid)), "final": layout.relative(layout.final(fid)),
-                        "inode": path.stat().st_ino})
+                       {"pending": layout.relative(layout.pending(fid, stamp)),
+                        "final": layout.relative(layout.final(fid))})
 
 
 def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
@@ -139,7 +145,7 @@ def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
     assert ports.open_ids(QUERY) == [f"{W}/q-1-0-0"]
     assert ports.commit(p) is Outcome.COMMITTED
     assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"rows"
-    assert not layout.pending(fid_("q", 1, 0, 0)).exists()
+    assert not (tmp_path / p.handle["pending"]).exists()
     assert ports.open_ids(QUERY) == []
     assert ports.commit(p) is Outcome.COMMITTED  # pending gone + final present
 
@@ -166,38 +172,39 @@ def test_commit_never_replaces_an_existing_final_file(tmp_path):
 def test_a_recommit_after_a_zombie_staged_the_same_id_again_is_committed_and_drops_the_stray(tmp_path):
     """Attempt numbers restart per driver run and stage attempt: a zombie of the same id
     can pre-commit after the commit renamed the live file to final (and before the batch
-    was recorded done). The re-commit must not refuse forever: the final file is the one
-    the participant pre-committed, so it is committed, and the zombie's file goes."""
+    was recorded done). The re-commit must not refuse: the participant's own pending file
+    is final, so it is committed, and the zombie's file (its own stamp) goes."""
     layout = Layout(tmp_path)
     ports = FileParticipants(layout)
     p = _stage(layout, fid_("q", 1, 0, 0))
     assert ports.commit(p) is Outcome.COMMITTED
-    layout.pending(fid_("q", 1, 0, 0)).write_bytes(b"zombie")
+    _stage(layout, fid_("q", 1, 0, 0), body=b"zombie", stamp="20mb1e00")
+    assert ports.open_ids(QUERY) == [f"{W}/q-1-0-0"]
     assert ports.commit(p) is Outcome.COMMITTED
     assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"rows"
-    assert not layout.pending(fid_("q", 1, 0, 0)).exists() and ports.open_ids(QUERY) == []
-    # A decision written before participants carried their file's inode: committed as well.
-    legacy = Participant(p.id, p.partition, p.attempt, p.records,
-                         {k: v for k, v in p.handle.items() if k != "inode"})
-    layout.pending(fid_("q", 1, 0, 0)).write_bytes(b"zombie")
-    assert ports.commit(legacy) is Outcome.COMMITTED and ports.open_ids(QUERY) == []
+    assert ports.open_ids(QUERY) == []
 
 
-def test_pre_commit_never_replaces_a_pending_file_of_the_same_id(tmp_path):
-    """A zombie of the same id that pre-commits while the live attempt's file is pending
-    must fail, not silently replace the file the driver is about to commit."""
+def test_a_zombie_of_the_same_id_never_touches_the_live_attempts_files(tmp_path):
+    """A zombie of the same id (attempt numbers restart) writes and pre-commits while the
+    live attempt's file is pending: each has its own stamped files, so the file the driver
+    is about to commit is never replaced; and if two writers ever got the same staged name,
+    the pre-commit would refuse rather than replace."""
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    live = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
+    live = _FileWriter("parquet", layout.in_progress(fid, "11111111"), layout.pending(fid, "11111111"), None)
     live.write_all(_batches(4))
     live.pre_commit()
-    zombie = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
-    zombie.write_all(_batches(6))   # its in-progress name is free again
+    zombie = _FileWriter("parquet", layout.in_progress(fid, "22222222"), layout.pending(fid, "22222222"), None)
+    zombie.write_all(_batches(6))
+    zombie.pre_commit()
+    assert pq.read_table(live.pending).num_rows == 4 and pq.read_table(zombie.pending).num_rows == 6
+    clash = _FileWriter("parquet", layout.in_progress(fid, "33333333"), live.pending, None)
+    clash.write_all(_batches(8))
     with pytest.raises(TransactionError, match="already pre-committed"):
-        zombie.pre_commit()
-    assert pq.read_table(layout.pending(fid)).num_rows == 4
-    assert layout.pending(fid).stat().st_ino == live.inode
+        clash.pre_commit()
+    assert pq.read_table(live.pending).num_rows == 4
 
 
 def test_fence_deletes_in_progress_and_pending_of_that_id_only(tmp_path):
@@ -241,9 +248,7 @@ def test_recovery_commits_the_decided_and_deletes_every_other_leftover(tmp_path)
     layout = Layout(tmp_path)
     ports, log = FileParticipants(layout), FileDecisionLog(layout)
     decided = _stage(layout, fid_("q", 2, 0, 0))
-    _stage(layout, fid_("q", 2, 1, 0))            # already renamed before the crash
-    already = Participant(f"{W}/q-2-1-0", 1, 0, 1, {"pending": f"_kafka_eos/{W}/pending/q-2-1-0.parquet",
-                                                     "final": "part-00002-00001-q.parquet"})
+    already = _stage(layout, fid_("q", 2, 1, 0))   # already renamed before the crash
     ports.commit(already)
     _stage(layout, fid_("q", 2, 0, 1), "in-progress")  # a failed attempt
     _stage(layout, fid_("q", 3, 0, 0))                  # a next batch never decided
@@ -279,7 +284,7 @@ def test_task_writes_in_progress_then_pre_commits_to_pending(tmp_path, fmt):
     msg = write_files(cfg, task("query-1", 3), DoneMark(), _batches(10), None)
     w = writer_dir("q:query-1")
     assert isinstance(msg, FileCommitMessage) and msg.records == 10 and msg.file_id == f"{w}/query1-3-0-0"
-    assert msg.pending == f"_kafka_eos/{w}/pending/query1-3-0-0.{fmt}"
+    assert re.fullmatch(rf"_kafka_eos/{w}/pending/query1-3-0-0\.[0-9a-f]{{8}}\.{fmt}", msg.pending)
     assert msg.final == f"part-00003-00000-query1.{fmt}"
     assert list((cfg.layout.writer(w) / "in-progress").iterdir()) == []
     staged = tmp_path / msg.pending
@@ -314,7 +319,7 @@ def test_a_fenced_writer_cannot_pre_commit(tmp_path):
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    writer = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
+    writer = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     writer.write_all(_batches(4))
     FileParticipants(layout).fence(str(fid))  # recovery ran while this zombie was writing
     with pytest.raises(FileNotFoundError):
@@ -326,15 +331,15 @@ def test_a_second_writer_of_the_same_id_refuses_to_share_the_file(tmp_path):
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    first = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
+    first = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     first.write_all(_batches(4))
-    second = _FileWriter("parquet", layout.in_progress(fid), layout.pending(fid), None)
+    second = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     with pytest.raises(FileExistsError):
         second.write_all(_batches(4))
     second.abort()  # must not delete the first writer's file
-    assert layout.in_progress(fid).exists()
+    assert layout.in_progress(fid, "5ea1ed00").exists()
     first.pre_commit()
-    assert pq.read_table(layout.pending(fid)).num_rows == 4
+    assert pq.read_table(layout.pending(fid, "5ea1ed00")).num_rows == 4
 
 
 def test_writes_inside_foreachbatch_each_commit_and_a_re_run_adds_no_file(tmp_path):
@@ -394,11 +399,12 @@ def test_a_rename_done_meanwhile_by_another_driver_is_committed(tmp_path, monkey
     layout = Layout(tmp_path)
     ports = FileParticipants(layout)
     p = _stage(layout, fid_("q", 1, 0, 0))
-    real_rename = os_module.rename
+    real_link, real_unlink = os_module.link, os_module.unlink
 
-    def renamed_first(src, dst):  # another driver finishing the same decision wins the race
-        real_rename(src, dst)
+    def moved_first(src, dst):  # another driver finishing the same decision wins the race
+        real_link(src, dst)
+        real_unlink(src)
         raise FileNotFoundError(src)
 
-    monkeypatch.setattr(os_module, "rename", renamed_first)
+    monkeypatch.setattr(os_module, "link", moved_first)
     assert ports.commit(p) is Outcome.COMMITTED

@@ -1,108 +1,106 @@
 """The file sink's :class:`~kafka_eos_ds.twophase.DecisionLog`: each writer's decisions
 as numbered files in its staging directory (:mod:`.layout`),
-``_kafka_eos/<writer>/decisions/<sequence>.json``.
+``_kafka_eos/<writer>/decisions/<sequence>.json``, on the sink's own store.
 
 A write creates the next number after the one this driver step last read, atomically
-and only if it does not exist yet (a temp file, fsync, ``os.link`` to the numbered name,
-fsync of the directory): a restarted driver reads either the old or the new decision,
-never half of one, and a driver that fell behind (presumed dead, then resumed) cannot
-put a stale decision over a newer one — its number is taken, so its write fails. This is
-the file sink's counterpart of the Kafka sink's fenced decision writer. The latest two
-numbers are kept.
+and only if it does not exist yet (``Store.put(new=True)``: on a local disk a temp file,
+fsync, ``os.link`` to the numbered name, fsync of the directory; on HDFS a rename that
+refuses an existing name; on S3 ``PutObject`` with ``If-None-Match: *``): a restarted
+driver reads either the old or the new decision, never half of one, and a driver that
+fell behind (presumed dead, then resumed) cannot put a stale decision over a newer one —
+its number is taken, so its write fails. This is the file sink's counterpart of the
+Kafka sink's fenced decision writer. The latest two numbers are kept.
+
+Keeping the decisions beside the files, rather than in a Kafka topic, keeps a table whole
+in its own directory: copying or moving it moves its commit history, and a new query
+reads where the table ends from the table itself (:mod:`.resume`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
-from pathlib import Path
+from pathlib import PurePath
 from typing import Optional
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.layout import DECISIONS, Layout, fsync_dir, writer_dir
+from kafka_eos_ds.filesink.layout import DECISIONS, IN_PROGRESS, PENDING, Layout, writer_dir
+from kafka_eos_ds.storage import Store
+from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.twophase.protocol import DECIDED, Decision
 
 
 class FileDecisionLog:
     """The commit decisions of each writer of one sink directory, as numbered JSON files."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, store: Optional[Store] = None) -> None:
         self.layout = layout
+        self.store: Store = store or LocalStore()
         self._seen: dict[str, int] = {}  # the number this step last read or wrote, per writer
 
     def latest(self, key: str) -> Optional[Decision]:
-        number, decision = _newest(self.layout.decisions(key))
+        number, decision = self._newest(self.layout.decisions(key))
         self._seen[key] = number
         return decision
 
     def latest_of(self, kind: str) -> Optional[Decision]:
-        found = [(path.stat().st_mtime_ns, path) for path in self._writers(kind)
-                 if (path / DECISIONS).is_dir()]
-        return _newest(max(found)[1] / DECISIONS)[1] if found else None
+        # Only asked by sinks whose streams share participant ids (the file sink's stage
+        # apart); answered by modification time, which only a local disk gives cheaply.
+        found = [(os.stat(path / DECISIONS).st_mtime_ns, path) for path in self._writers(kind)
+                 if os.path.isdir(path / DECISIONS)]
+        return self._newest(max(found)[1] / DECISIONS)[1] if found else None
 
-    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+    def decisions_of(self, kind: str) -> list[tuple[str, Decision]]:
+        """``(key, latest decision)`` of every writer of ``kind`` that has one."""
         out = []
         for path in self._writers(kind):
-            decision = _newest(path / DECISIONS)[1]
-            if decision is not None and decision.state == DECIDED:
+            decision = self._newest(path / DECISIONS)[1]
+            if decision is not None:
                 out.append((f"{kind}:{decision.query_id}", decision))
         return out
 
+    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+        return [(key, d) for key, d in self.decisions_of(kind) if d.state == DECIDED]
+
     def write(self, key: str, decision: Decision) -> None:
         directory = self.layout.decisions(key)
-        directory.mkdir(parents=True, exist_ok=True)
-        number = self._seen[key] + 1 if key in self._seen else _newest(directory)[0] + 1
-        temp = directory / f".{uuid.uuid4().hex}.tmp"
-        with open(temp, "w") as f:
-            json.dump({"key": key, **decision.to_json()}, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
+        number = self._seen[key] + 1 if key in self._seen else self._newest(directory)[0] + 1
+        data = json.dumps({"key": key, **decision.to_json()}, sort_keys=True).encode("utf-8")
         try:
-            os.link(temp, directory / _name(number))
+            self.store.put(str(directory / _name(number)), data, new=True)
         except FileExistsError:
             raise TransactionError(
                 f"Another driver of this writer recorded a decision in '{directory}' since this one read it; "
                 "this driver fell behind and stops (nothing it decided is recorded).", retriable=False) from None
-        finally:
-            temp.unlink(missing_ok=True)
-        fsync_dir(directory)
         self._seen[key] = number
-        for old in directory.glob("*.json"):
-            if old.stem.isdigit() and int(old.stem) < number - 1:
-                old.unlink(missing_ok=True)
+        for old in self.store.list_names(str(directory)):
+            stem, _, suffix = old.partition(".")
+            if suffix == "json" and stem.isdigit() and int(stem) < number - 1:
+                self.store.delete(str(directory / old))
 
     def forget(self, key: str) -> None:
         """Drop the writer's decisions and its staging directory once its files are gone (a
         finished job: one directory per job would pile up)."""
         writer = self.layout.writer(writer_dir(key))
-        shutil.rmtree(writer / DECISIONS, ignore_errors=True)
+        self.store.delete_tree(str(writer / DECISIONS))
         self._seen.pop(key, None)
-        if not writer.is_dir():
-            return
-        staged = [path for sub in writer.iterdir() if sub.is_dir() for path in sub.iterdir()]
+        staged = [name for sub in (IN_PROGRESS, PENDING) for name in self.store.list_names(str(writer / sub))]
         if not staged:  # every file committed or fenced
-            shutil.rmtree(writer, ignore_errors=True)
-            fsync_dir(self.layout.staging)
+            self.store.delete_tree(str(writer))
 
-    def _writers(self, kind: str) -> list[Path]:
-        if not self.layout.staging.is_dir():
-            return []
-        return [d for d in self.layout.staging.iterdir() if d.is_dir() and d.name.startswith(kind)]
+    def _writers(self, kind: str) -> list[PurePath]:
+        return [self.layout.staging / name for name in self.store.list_names(str(self.layout.staging))
+                if name.startswith(kind) and not name.startswith(".")]
+
+    def _newest(self, directory: PurePath) -> tuple[int, Optional[Decision]]:
+        """The highest number in ``directory`` and its decision (0 and None when there is none)."""
+        numbers = [int(stem) for stem, _, suffix in (n.partition(".") for n in self.store.list_names(str(directory)))
+                   if suffix == "json" and stem.isdigit()]
+        if not numbers:
+            return 0, None
+        number = max(numbers)
+        return number, Decision.from_json(json.loads(self.store.read_text(str(directory / _name(number)))))
 
 
 def _name(number: int) -> str:
     return f"{number:012d}.json"
-
-
-def _newest(directory: Path) -> tuple[int, Optional[Decision]]:
-    """The highest number in ``directory`` and its decision (0 and None when there is none)."""
-    try:
-        numbers = [int(p.stem) for p in directory.iterdir() if p.suffix == ".json" and p.stem.isdigit()]
-    except FileNotFoundError:
-        return 0, None
-    if not numbers:
-        return 0, None
-    number = max(numbers)
-    return number, Decision.from_json(json.loads((directory / _name(number)).read_text()))

@@ -4,15 +4,19 @@
 and :class:`~.participants.FileParticipants` — into a
 :class:`~kafka_eos_ds.twophase.TwoPhaseCommitter`:
 
-* ``prepare`` (planner): the directory can be written; a stream, or an app write
-  (``txnAppId``), finishes what its earlier runs decided and deletes what they staged;
+* ``prepare`` (planner): the directory can be written (and the metastore table exists, if
+  one is named); a stream, or an app write (``txnAppId``), finishes what its earlier runs
+  decided and deletes what they staged;
 * ``write`` (executor): :func:`~.task.write_files`;
-* ``commit``/``abort`` (driver): under the identity the tasks reported.
+* ``commit``/``abort`` (driver): under the identity the tasks reported; once a batch's
+  files are final, :mod:`.publishing` announces it (``_SUCCESS`` markers, metastore
+  partitions).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional, Sequence
+import logging
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -21,12 +25,20 @@ from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
+from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
+from kafka_eos_ds.filesink.publishing import prepare_table, publisher
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
+from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
-from kafka_eos_ds.twophase.protocol import DoneMark, Participant
+from kafka_eos_ds.twophase.protocol import DoneMark, Participant, Participants
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.storage.s3 import S3Store
+
+log = logging.getLogger(__name__)
 
 
 class FileSink:
@@ -39,7 +51,8 @@ class FileSink:
         self.schema = schema
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
-        check_writable(self.config.layout)
+        check_writable(self.config.layout, self.config.store())
+        prepare_table(self.config, self.schema)
         if spec.streaming:
             try:
                 query = Checkpoint.at(self.config.checkpoint, self.config.storage).query_id()
@@ -49,7 +62,10 @@ class FileSink:
                 # Without the query's id its staging cannot be found: its tasks then write
                 # under new names (a re-run of a decided batch is still caught at commit).
                 return DoneMark()
-            return self._committer().recover(WriteId(Kind.STREAM, query, -1))
+            committer = self._committer()
+            if committer.decisions.latest(f"{Kind.STREAM.value}:{query}") is None:
+                self._finish_other_streams(committer, query)
+            return committer.recover(WriteId(Kind.STREAM, query, -1))
         planned = spec.planned()
         return self._committer().recover(planned) if planned is not None else DoneMark()
 
@@ -57,7 +73,10 @@ class FileSink:
         return write_files(self.config, task, mark, items, self.schema)
 
     def commit(self, write: WriteId, participants: Sequence[Optional[Participant]]) -> None:
-        self._committer().commit(write, participants)
+        progress = None
+        if write.kind is Kind.STREAM:
+            progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
+        self._committer().commit(write, participants, progress)
 
     def abort(self, write: Optional[WriteId], participants: Sequence[Optional[Participant]],
               spec: WriteSpec) -> None:
@@ -65,13 +84,36 @@ class FileSink:
         self._committer().abort(write, participants, fallback)
 
     def _committer(self) -> TwoPhaseCommitter:
-        layout = self.config.layout
-        # Renames are local and quick: a short grace sweep is enough for tasks still
-        # closing their files when a write is aborted. Streams stage apart (their own
-        # writer directory): several may write one directory.
-        return TwoPhaseCommitter(FileDecisionLog(layout), FileParticipants(layout),
+        layout, store = self.config.layout, self.config.store()
+        participants: Participants
+        if store.renames:
+            participants = FileParticipants(layout, cast(RenameStore, store))
+        else:
+            from kafka_eos_ds.filesink.uploads import UploadParticipants
+
+            participants = UploadParticipants(layout, cast("S3Store", store))
+        # A short grace sweep is enough for tasks still closing their files when a write
+        # is aborted. Streams stage apart (their own writer directory): several may write
+        # one directory.
+        return TwoPhaseCommitter(FileDecisionLog(layout, store), participants,
                                  commit_timeout_s=self.config.commit_timeout_s, abort_grace_s=1.0,
-                                 streams_share_ids=False)
+                                 streams_share_ids=False, publish=publisher(self.config),
+                                 progress_store=RecordedProgress())
+
+    def _finish_other_streams(self, committer: TwoPhaseCommitter, query: str) -> None:
+        """A new query's first batch: commit what the table's other streams decided and never
+        recorded done (a query whose checkpoint was lost). Decided is committed, whoever
+        finishes it; and a query resuming from the table's offsets (:mod:`.progress`)
+        counts those batches as written. Their decisions stay theirs: nothing is recorded
+        in another query's log (it may still be running), so a later new query commits
+        them again, which finds them committed."""
+        for _key, decision in committer.decisions.unfinished(Kind.STREAM.value):
+            if decision.query_id != query:
+                log.warning("committing batch %s of query %s, decided but never recorded done", decision.batch_id,
+                            decision.query_id)
+                committer.commit_decided(decision)
+                if committer.publish is not None:
+                    committer.publish(decision)
 
 
 def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:
@@ -82,7 +124,7 @@ def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStr
     ``DIR/_kafka_eos/<writer>/decisions/``, then renames every pending file of the
     batch to ``DIR/part-<batch>-<partition>-<query>.<ext>``. Options: docs/file-sink.md.
     """
-    return TwoPhaseStreamWriter(FileSink(FileSinkConfig.from_options(options), schema))
+    return TwoPhaseStreamWriter(FileSink(FileSinkConfig.from_options(options, schema), schema))
 
 
 def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool) -> TwoPhaseBatchWriter:
@@ -91,4 +133,4 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
     if overwrite:
         raise ConfigError("The kafka_eos_file sink only adds files (mode 'append'); mode 'overwrite' is not "
                           "supported. Write to a new 'path' or empty the directory first.")
-    return TwoPhaseBatchWriter(FileSink(FileSinkConfig.from_options(options), schema), options)
+    return TwoPhaseBatchWriter(FileSink(FileSinkConfig.from_options(options, schema), schema), options)

@@ -1,17 +1,28 @@
-"""The file sink's :class:`~kafka_eos_ds.twophase.Participants`: pending files by id.
+"""The file sink's :class:`~kafka_eos_ds.twophase.Participants` on a store that renames
+(a local disk, HDFS): a task attempt's pending files by id.
 
-:class:`FileParticipants` treats each pending file as a participant: commit = atomic
-rename to its final name; fence = delete the id's in-progress and pending files; open
-ids = the names staged in the writer's ``in-progress/`` and ``pending/``.
+:class:`FileParticipants` treats each task attempt as a participant: commit = rename each
+of its pending files to its final name (never over an existing file); fence = delete the
+id's in-progress and pending files; open ids = the names staged in the writer's
+``in-progress/`` and ``pending/``. S3 has its own: :mod:`.uploads`.
+
+Every staged file's name is unique to the task attempt that wrote it (:mod:`.layout`):
+attempt numbers restart per driver run and stage attempt, so a zombie can hold the same
+id as a live attempt, but never its files. The commit message names the exact pending
+files, so a commit renames only what its participant pre-committed: "my pending file gone
+and the final file there" means committed by an earlier commit, and a pending file of the
+same id found on a re-commit is a zombie's stray, deleted.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.layout import FileId, Layout, fsync_dir, writer_dir
+from kafka_eos_ds.filesink.handles import StagedFile, files_of
+from kafka_eos_ds.filesink.layout import IN_PROGRESS, PENDING, FileId, Layout, writer_dir
+from kafka_eos_ds.storage import RenameStore
+from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
 
@@ -19,39 +30,45 @@ from kafka_eos_ds.twophase.protocol import Outcome, Participant
 class FileParticipants:
     """Commits, fences and lists the staged files of one sink directory."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, store: Optional[RenameStore] = None) -> None:
         self.layout = layout
+        self.store: RenameStore = store or LocalStore()
 
     def commit(self, participant: Participant) -> Outcome:
-        pending = self.layout.resolve(participant.handle["pending"])
-        final = self.layout.resolve(participant.handle["final"])
-        pending_there, final_there = pending.exists(), final.exists()
-        if pending_there and final_there:
-            if not _made_from(final, participant):
-                # Renaming would replace another writer's file: refuse rather than lose rows.
-                raise TransactionError(f"Cannot commit {participant.id}: its final file '{final}' already exists. "
-                                       "Another query or batch write is writing the same directory with the same "
-                                       "query id; give each query its own 'path'.")
-            # An earlier commit renamed this participant's file to final; the pending file
-            # is a zombie's of the same id, staged since. It never becomes visible.
-            pending.unlink(missing_ok=True)
-            fsync_dir(pending.parent)
+        outcomes = [self._commit_file(participant, f) for f in files_of(participant.handle)]
+        if Outcome.LOST in outcomes:
+            return Outcome.LOST
+        if None in outcomes:
+            # A re-commit: what is still staged under this id is a zombie's (its own files
+            # are final now). It never becomes visible; dropped now rather than at the
+            # next recovery.
+            self.fence(participant.id)
+        return Outcome.COMMITTED
+
+    def _commit_file(self, participant: Participant, staged: StagedFile) -> Optional[Outcome]:
+        """COMMITTED (renamed now), None (committed before), or LOST."""
+        pending, final = str(self.layout.resolve(staged.pending)), str(self.layout.resolve(staged.final))
+        try:
+            self.store.rename(pending, final)
             return Outcome.COMMITTED
-        if pending_there:
-            try:
-                os.rename(pending, final)
-            except FileNotFoundError:
-                # Renamed meanwhile by another driver finishing the same decision.
-                return Outcome.COMMITTED if final.exists() else Outcome.LOST
-            fsync_dir(final.parent)
-            return Outcome.COMMITTED
-        # Pending gone: renamed by an earlier commit (final there), or fenced (lost).
-        return Outcome.COMMITTED if final_there else Outcome.LOST
+        except FileNotFoundError:
+            # Pending gone: renamed by an earlier commit or by another driver finishing the
+            # same decision (final there), or fenced (lost).
+            return None if self.store.exists(final) else Outcome.LOST
+        except FileExistsError:
+            if not self.store.exists(pending):
+                return None  # renamed meanwhile by another driver
+            # This participant's own file is still pending, so the final file is another
+            # writer's: renaming over it would lose rows.
+            raise TransactionError(f"Cannot commit {participant.id}: its final file '{final}' already exists. "
+                                   "Another query or batch write is writing the same directory with the same "
+                                   "query id; give each query its own 'path'.") from None
 
     def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
         # Pending files do not time out; one can only have been deleted (fenced by another
         # writer of the directory, or by hand).
-        gone = [p.id for p in participants if not self.layout.resolve(p.handle["pending"]).exists()]
+        gone = sorted({p.id for p in participants for f in files_of(p.handle)
+                       if not self.store.exists(str(self.layout.resolve(f.pending)))})
         if not gone:
             return None
         return (f"the pending file(s) of {', '.join(gone)} are gone from '{self.layout.staging}'. Never delete "
@@ -61,12 +78,13 @@ class FileParticipants:
         fid = FileId.parse(participant_id)
         if fid is None:
             return
-        for path in (self.layout.in_progress(fid), self.layout.pending(fid)):
-            # A writer still appending to an unlinked in-progress file fails at its
-            # rename to pending: a zombie can never pre-commit after this.
-            path.unlink(missing_ok=True)
-            if path.parent.exists():
-                fsync_dir(path.parent)
+        for sub in (IN_PROGRESS, PENDING):
+            directory = self.layout.writer(fid.writer) / sub
+            for name in self.store.list_names(str(directory)):
+                # A writer still appending to a deleted in-progress file fails at its
+                # rename to pending: a zombie can never pre-commit after this.
+                if FileId.parse(f"{fid.writer}/{name}") == fid:
+                    self.store.delete(str(directory / name))
 
     def superseded(self, participant: Participant) -> Sequence[str]:
         fid = FileId.parse(participant.id) if participant.id else None
@@ -76,24 +94,17 @@ class FileParticipants:
 
     def open_ids(self, write: WriteId) -> Sequence[str]:
         writer = writer_dir(write.key)
-        ids = {str(fid) for path in self.layout.staged(writer)
-               if (fid := FileId.parse(f"{writer}/{path.name}")) is not None}
-        return sorted(ids)
+        names = [name for sub in (IN_PROGRESS, PENDING)
+                 for name in self.store.list_names(str(self.layout.writer(writer) / sub))]
+        return sorted({str(fid) for name in names if (fid := FileId.parse(f"{writer}/{name}")) is not None})
 
     def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
         # Never needed: a pending or final file tells. Here for the port's sake.
         return (f"Look for their final files in '{self.layout.root}': "
-                + ", ".join(str(p.handle.get("final")) for p in participants) + ".")
+                + ", ".join(f.final for p in participants for f in files_of(p.handle)) + ".")
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return (f"Their pending files under '{self.layout.staging}' were deleted before the commit renamed "
                 "them (a manual clean-up?). Never delete '_kafka_eos' while a query runs, and re-process the "
                 "affected input.")
 
-
-def _made_from(final: "os.PathLike[str]", participant: Participant) -> bool:
-    """Whether ``final`` is the file ``participant`` pre-committed (a rename keeps the
-    inode). A participant of a decision written before the inode was recorded is taken
-    as the final file's maker: its final name is its own (query, batch, partition)."""
-    inode = participant.handle.get("inode")
-    return inode is None or os.stat(final).st_ino == int(inode)

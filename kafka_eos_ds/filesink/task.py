@@ -1,39 +1,49 @@
-"""The executor side of the file sink: Arrow batches -> one in-progress file -> pending.
+"""The executor side of the file sink: Arrow batches -> one file per partition -> pending.
 
-A task of batch N writes its rows to ``_kafka_eos/<writer>/in-progress/<id>.<ext>``
-(opened at the first row, so an empty task creates nothing). Pre-commit closes the file,
-fsyncs it, moves it to ``_kafka_eos/<writer>/pending/<id>.<ext>`` (a hard link, then the
-in-progress name is removed: unlike a rename, the link fails if that pending name exists)
-and fsyncs the directory (:mod:`.layout`): from then on the file survives any crash but no
-reader of DIR sees it. The commit message names the pending file, its inode, and the final
-name the driver will rename it to.
+A task of batch N splits its rows by partition (:mod:`.partitions`; one file when the
+table is not partitioned) and writes each partition's rows to a file of its own:
+
+* on a store that renames (local, HDFS): ``_kafka_eos/<writer>/in-progress/<id>.<stamp>[.<k>].<ext>``
+  (created exclusively at the partition's first row, so an empty task creates nothing);
+  pre-commit closes each file durably and moves it to ``.../pending/...`` (:mod:`.layout`)
+  with a rename that never replaces a file (a hard link on a local disk, HDFS's rename2
+  without overwrite): from then on the file survives any crash but no reader of DIR sees
+  it, and a recovery that fenced the attempt meanwhile makes the move fail;
+* on S3: a multipart upload at the file's final key (:mod:`.uploads`), whose last part
+  pre-commit sends.
+
+The commit message names every file and where the driver puts it (:mod:`.handles`).
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.layout import FileId, fsync_dir
+from kafka_eos_ds.filesink.encoding import FileEncoder, record_batches
+from kafka_eos_ds.filesink.handles import StagedFile, handle_of
+from kafka_eos_ds.filesink.layout import FileId, new_stamp
+from kafka_eos_ds.storage import RenameStore
+from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
 from kafka_eos_ds.twophase.task import already_decided, run_task
 from kafka_eos_ds.twophase.writers import Task
 
+if TYPE_CHECKING:
+    from kafka_eos_ds.storage.s3 import S3Store
+
 
 @dataclass
 class FileCommitMessage(WriterCommitMessage):
-    """One task's pre-committed file (``records`` 0: no file)."""
+    """One task's pre-committed files (``records`` 0: no file). ``pending``/``final``: the
+    one file of an unpartitioned task on a store that renames; ``files``: otherwise
+    (:mod:`.handles`)."""
 
     write: WriteId
     file_id: str
@@ -42,129 +52,128 @@ class FileCommitMessage(WriterCommitMessage):
     records: int
     pending: str = ""  # relative to the sink directory
     final: str = ""
-    inode: int = 0  # of the pending file: the commit knows its own file by it
+    files: tuple[dict[str, Any], ...] = ()
 
     def participant(self) -> Participant:
-        handle: dict[str, Any] = {"pending": self.pending, "final": self.final}
-        if self.inode:
-            handle["inode"] = self.inode
+        handle = {"files": list(self.files)} if self.files else {"pending": self.pending, "final": self.final}
         return Participant(self.file_id, self.partition, self.attempt, self.records, handle)
 
 
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
                 schema: Any) -> FileCommitMessage:
-    """One task: its rows in one in-progress file, renamed to pending; the message for the driver."""
+    """One task: its rows in one file per partition, pre-committed; the message for the driver."""
+    store = config.store()
     fid = FileId.of(task.write, task.partition, task.attempt)
+    # On S3 every attempt of a task uploads to the same keys: the id is the task's (:mod:`.layout`).
+    pid = str(fid) if store.renames else str(fid.of_task())
+    empty = FileCommitMessage(task.write, pid, task.partition, task.attempt, 0)
     if already_decided(mark, task, items):
-        return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, 0)
-    layout = config.layout
-    layout.ensure(fid.writer)
-    writer = _FileWriter(config.file_format, layout.in_progress(fid), layout.pending(fid), schema)
-    records = run_task(writer, items, task)
+        return empty
+    files = TaskFiles(config, fid, schema)
+    records = run_task(files, items, task)
     if records == 0:
-        return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, 0)
-    return FileCommitMessage(task.write, str(fid), task.partition, task.attempt, records,
-                             layout.relative(writer.pending), layout.relative(layout.final(fid)), inode=writer.inode)
+        return empty
+    handle = handle_of(files.staged())
+    if "files" in handle:
+        return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, files=tuple(handle["files"]))
+    return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, handle["pending"],
+                             handle["final"])
+
+
+class TaskFiles:
+    """One task attempt's files, one per partition (a :class:`~kafka_eos_ds.twophase.TaskTransaction`)."""
+
+    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any) -> None:
+        self.config = config
+        self.fid = fid
+        self.schema = schema
+        self.store = config.store()
+        self.stamp = new_stamp()
+        self._files: dict[str, Union[_FileWriter, Any]] = {}  # partition directory -> its file
+
+    def write_all(self, items: Iterable[Any]) -> int:
+        records = 0
+        for batch in record_batches(items, self.schema):
+            for directory, rows in self.config.partitioning.split(batch):
+                if rows.num_rows:
+                    self._file(directory).write_batch(rows)
+                    records += rows.num_rows
+        return records
+
+    def pre_commit(self) -> None:
+        for file in self._files.values():
+            file.pre_commit()
+
+    def abort(self) -> None:
+        for file in self._files.values():
+            file.abort()
+
+    def staged(self) -> list[StagedFile]:
+        layout = self.config.layout
+        out = []
+        for directory, file in self._files.items():
+            if isinstance(file, _FileWriter):
+                out.append(StagedFile(layout.relative(layout.final(self.fid, directory)),
+                                      layout.relative(file.pending), directory, file.records))
+            else:
+                out.append(file.staged(directory, layout.relative(layout.upload(self.fid, directory))))
+        return out
+
+    def _file(self, directory: str) -> Any:
+        file = self._files.get(directory)
+        if file is None:
+            layout = self.config.layout
+            if self.store.renames:
+                k = len(self._files) if self.config.partitioning.columns else None
+                file = _FileWriter(self.config.file_format, layout.in_progress(self.fid, self.stamp, k),
+                                   layout.pending(self.fid, self.stamp, k), self.store)  # type: ignore[arg-type]
+            else:
+                from kafka_eos_ds.filesink.uploads import UploadWriter
+
+                file = UploadWriter(self.config.file_format, cast("S3Store", self.store),
+                                    str(layout.upload(self.fid, directory)), self.config.part_size, str(self.fid))
+            self._files[directory] = file
+        return file
 
 
 class _FileWriter:
-    """One task's in-progress file (a :class:`~kafka_eos_ds.twophase.TaskTransaction`);
-    created at the first row, renamed to ``pending`` at pre-commit."""
+    """A file on a store that renames: created at ``path`` (in-progress) at the first row,
+    moved to ``pending`` at pre-commit."""
 
-    def __init__(self, file_format: str, path: Path, pending: Path, schema: Any) -> None:
-        self.file_format = file_format
+    def __init__(self, file_format: str, path: PurePath, pending: PurePath,
+                 store: Optional[RenameStore] = None) -> None:
+        self.store: RenameStore = store or LocalStore()
         self.path = path
         self.pending = pending
-        self.spark_schema = schema
-        self.records = 0
-        self.inode = 0
-        self._file: Any = None
-        self._parquet: Any = None
+        self._encoder = FileEncoder(file_format, lambda: self.store.create(str(path)))
 
-    def write_all(self, items: Iterable[Any]) -> int:
-        rows: list[dict[str, Any]] = []
-        for item in items:
-            if hasattr(item, "num_columns"):
-                self._write_batch(item)
-            else:  # pyspark 4.0 hands rows
-                rows.append(item.asDict(recursive=True) if hasattr(item, "asDict") else item)
-                if len(rows) >= 10_000:
-                    self._write_rows(rows)
-                    rows = []
-        if rows:
-            self._write_rows(rows)
+    @property
+    def records(self) -> int:
+        return self._encoder.records
+
+    def write_all(self, batches: Iterable[Any]) -> int:
+        for batch in batches:
+            self.write_batch(batch)
         return self.records
 
-    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        self._write_batch(pa.RecordBatch.from_pylist(rows, schema=to_arrow_schema(self.spark_schema)))
-
-    def _write_batch(self, batch: Any) -> None:
-        if batch.num_rows == 0:
-            return
-        if self._file is None:
-            # Exclusive create: a leftover writer of the same id (its old run's worker
-            # still alive) makes this attempt fail and be retried under a new id, rather
-            # than two writers sharing one file.
-            self._file = open(self.path, "xb")  # noqa: SIM115 (open across write calls; closed by _close)
-        if self.file_format == "parquet":
-            import pyarrow.parquet as pq
-
-            if self._parquet is None:
-                self._parquet = pq.ParquetWriter(self._file, batch.schema)
-            self._parquet.write_batch(batch)
-        else:
-            lines = (json.dumps(row, default=_json_value, ensure_ascii=False) for row in batch.to_pylist())
-            self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
-        self.records += batch.num_rows
+    def write_batch(self, batch: Any) -> None:
+        self._encoder.write_batch(batch)
 
     def pre_commit(self) -> None:
-        self._close(sync=True)
-        # A link, not a rename: a rename would silently replace a pending file of the same
-        # id. Attempt numbers restart per driver run and stage attempt, so a zombie of this
-        # id could replace the live attempt's pending file, or stage a stray one next to
-        # the final file the driver already made of it. The link also fails when a recovery
-        # fenced (deleted) this attempt meanwhile: a zombie stops here.
+        self._encoder.finish()
+        # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
         try:
-            os.link(self.path, self.pending)
+            self.store.rename(str(self.path), str(self.pending))
         except FileExistsError:
-            raise TransactionError(
-                f"Cannot pre-commit '{self.path.name}': another writer of the same id already pre-committed "
-                f"'{self.pending}' (a zombie attempt of an earlier run or stage attempt). This attempt fails and "
-                "Spark retries it; recovery deletes its file.", retriable=True) from None
-        self.inode = self.pending.stat().st_ino
-        self.path.unlink()
-        fsync_dir(self.pending.parent)
+            # Staged names are unique per attempt (:mod:`.layout`): only a broken stamp gets here.
+            raise TransactionError(f"Cannot pre-commit '{self.path}': '{self.pending}' is already pre-committed by "
+                                   "another writer. This attempt fails and Spark retries it; recovery deletes its "
+                                   "file.", retriable=True) from None
 
     def abort(self) -> None:
-        opened = self._file is not None
+        opened = self._encoder.opened
         try:
-            self._close(sync=False)
+            self._encoder.discard()
         finally:
             if opened:  # never delete a file this attempt did not create
-                self.path.unlink(missing_ok=True)
-
-    def _close(self, sync: bool) -> None:
-        parquet, self._parquet = self._parquet, None
-        file, self._file = self._file, None
-        try:
-            if parquet is not None:
-                parquet.close()  # writes the footer; leaves our file object open
-            if file is not None and sync:
-                file.flush()
-                os.fsync(file.fileno())
-        finally:
-            if file is not None:
-                file.close()
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(bytes(value)).decode("ascii")  # as Spark's JSON writer does
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+                self.store.delete(str(self.path))

@@ -20,6 +20,7 @@ from kafka_eos_ds.kafka.settings import ClientParams, check_settings
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.source import offsets as offsets_json
 from kafka_eos_ds.source.offsets import Offsets
+from kafka_eos_ds.storage import StorageOptions
 
 # Client keys the source sets itself; the value is the reason given to the user.
 OWNED_KAFKA_KEYS = {
@@ -64,6 +65,7 @@ class Position(str, enum.Enum):
     OFFSETS = "offsets"        # explicit offsets per partition (may hold -2/-1)
     TIMESTAMP = "timestamp"    # one epoch-ms for every partition
     TIMESTAMPS = "timestamps"  # epoch-ms per partition
+    TABLE = "table"            # where a kafka_eos_file table ends (startingOffsetsFromTable)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class OffsetSpec:
     timestamp: Optional[int] = None  # TIMESTAMP: one epoch-ms for every partition
     # What to do when no record has a timestamp >= the one asked for: "error" or "latest".
     strategy: str = "error"
+    table: Optional[str] = None  # TABLE: the table's path
+    storage: Optional[StorageOptions] = None  # TABLE: how to reach its store (repr without secrets)
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ class SourceOptions:
         opts = Options(raw)
         client_conf = _client_conf(opts)
         subscription = _subscription(opts)
-        starting = _starting(opts, streaming)
+        starting = _starting(opts, streaming, raw)
         ending = _ending(opts, streaming)
         if not streaming:
             for name in STREAMING_ONLY:
@@ -217,7 +221,14 @@ def _strategy(opts: Options) -> str:
     return opts.get_choice("startingOffsetsByTimestampStrategy", ("error", "latest"), "error")
 
 
-def _starting(opts: Options, streaming: bool) -> OffsetSpec:
+def _starting(opts: Options, streaming: bool, raw: Mapping[str, Any]) -> OffsetSpec:
+    if "startingOffsetsFromTable" in opts:
+        table = opts.require("startingOffsetsFromTable", "Name the path of the kafka_eos_file table to resume.")
+        given = [n for n in ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp") if n in opts]
+        if given:
+            raise ConfigError(f"Option 'startingOffsetsFromTable' and '{given[0]}' both say where to start; "
+                              "keep one of them.")
+        return OffsetSpec(Position.TABLE, table=table, storage=StorageOptions.from_options(raw))
     # Same precedence as Spark's built-in source: global timestamp, per-partition
     # timestamps, then offsets.
     if "startingTimestamp" in opts:

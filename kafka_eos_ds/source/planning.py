@@ -128,6 +128,8 @@ def check_batch_bounds(start: Offsets, end: Offsets, starting: OffsetSpec, endin
 
 
 def _option_name(spec: OffsetSpec, side: str) -> str:
+    if spec.kind is Position.TABLE:
+        return f"{side}OffsetsFromTable"
     if spec.kind is Position.TIMESTAMP:
         return f"{side}Timestamp"
     if spec.kind is Position.TIMESTAMPS:

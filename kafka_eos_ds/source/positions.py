@@ -4,7 +4,9 @@ Runs on the driver. Follows Spark's built-in source: explicit JSON offsets and
 per-partition timestamps must name exactly the partitions the subscription covers; ``-2``
 and ``-1`` mean earliest and latest; a timestamp resolves to the first offset whose
 record timestamp is >= it. Beyond the built-in, ``group`` starts from the source's
-consumer group's committed offsets and, per partition without one, at the earliest offset.
+consumer group's committed offsets and, per partition without one, at the earliest offset;
+``startingOffsetsFromTable`` starts where a kafka_eos_file table ends (the end offsets its
+streams' decisions recorded), per partition it never read at the earliest offset.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ def resolve(spec: OffsetSpec, partitions: Iterable[TopicPartitionKey], metadata:
         missing = {tp for tp, off in committed.items() if off is None} | (tps - set(committed))
         earliest = metadata.earliest(missing)
         return {tp: (c if (c := committed.get(tp)) is not None else earliest[tp]) for tp in tps}
+    if spec.kind is Position.TABLE:
+        # Where the table ends (kafka_eos_ds.filesink.progress); a partition no batch of the
+        # table read from starts at the earliest offset, as with 'group'.
+        from kafka_eos_ds.filesink.progress import table_end
+
+        assert spec.table is not None
+        ends = table_end(spec.table, dict(spec.storage.settings) if spec.storage else {})
+        earliest = metadata.earliest(tp for tp in tps if tp not in ends)
+        return {tp: ends[tp] if tp in ends else earliest[tp] for tp in tps}
     if spec.kind is Position.OFFSETS:
         _same_partitions(option, set(spec.offsets), tps)
         wanted = dict(spec.offsets)

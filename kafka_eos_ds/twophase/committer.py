@@ -86,12 +86,17 @@ class TwoPhaseCommitter:
         ``{prefix}-{partition}-{attempt}``): then another stream's decision is either the
         query this one replaces or a conflict (:func:`~.recovery.stream_target`). A sink
         whose streams stage apart (the file sink) gives False.
+    publish : callable, optional
+        What the sink does once every participant of a decision is committed and before
+        the decision is recorded done (the file sink: register the batch's partitions in
+        a metastore). It must be idempotent: a restart that finishes the decision runs it
+        again, so a crash between the last commit and ``done`` never skips it.
     """
 
     def __init__(self, decisions: DecisionLog, participants: Participants, *,
                  progress_store: Optional[ProgressStore] = None, commit_timeout_s: float = 120.0,
                  parallelism: int = 8, abort_grace_s: float = 3.0, time_needed_s: float = 15.0,
-                 streams_share_ids: bool = True,
+                 streams_share_ids: bool = True, publish: Optional[Callable[[Decision], None]] = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions
         self.participants = participants
@@ -101,6 +106,7 @@ class TwoPhaseCommitter:
         self.abort_grace_s = abort_grace_s
         self.time_needed_s = time_needed_s
         self.streams_share_ids = streams_share_ids
+        self.publish = publish
         self._sleep = sleep
         self._clock = clock
 
@@ -245,6 +251,7 @@ class TwoPhaseCommitter:
             told = _JOB_DECIDED if write.kind is Kind.JOB else _APP_DECIDED.format(app=write.app, version=batch)
             raise kind(f"{exc} {told}", retriable=False) from exc
         faults.check("driver-after-all-commits", batch=batch)
+        self._publish(decision)
         if plan.write_decision:
             # Earlier attempts of the winning tasks may still hold open transactions
             # (a failed attempt, a zombie), and so may the losing attempts of speculation
@@ -308,8 +315,14 @@ class TwoPhaseCommitter:
             # this is the retry of): a no-op once the first participant has committed.
             self._carry(decision)
         self._commit_all(decision)
+        self._publish(decision)
         done = decision.with_state(DONE)
         self._retrying(lambda: self.decisions.write(key, done), f"Could not record batch {decision.batch_id} done")
+
+    def _publish(self, decision: Decision) -> None:
+        if self.publish is not None:
+            publish = self.publish
+            self._retrying(lambda: publish(decision), f"Could not publish batch {decision.batch_id}")
 
     def _carry(self, decision: Decision) -> None:
         first, progress = decision.participants[0], decision.progress

@@ -26,8 +26,16 @@ def build_query(spark, args: argparse.Namespace):
     reader = (spark.readStream.format("kafka_eos")
               .option("kafka.bootstrap.servers", args.bootstrap)
               .option("subscribe", args.input)
-              .option("kafka.group.id", group)
-              .option("startingOffsets", "group"))
+              .option("kafka.group.id", group))
+    if args.resume_from_table:
+        # A kafka_eos_file table says where it ends; its store's settings are the sink's.
+        reader = reader.option("startingOffsetsFromTable", args.resume_from_table)
+        for item in args.sink_option or []:
+            key, _, value = item.partition("=")
+            if key.startswith("fs."):
+                reader = reader.option(key, value)
+    else:
+        reader = reader.option("startingOffsets", "group")
     if args.max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
     df = reader.load()
@@ -37,7 +45,8 @@ def build_query(spark, args: argparse.Namespace):
         # partition, i.e. one map task, whose output order the shuffle keeps.
         df = df.repartition(3, "key")
     # The record id is the value's prefix before '|' (digits), so upper() keeps it.
-    out = df.selectExpr("key", "upper(cast(value as string)) as value")
+    # --column adds more (a table's partition columns, say: "timestamp", "pmod(crc32(key), 3) as shard").
+    out = df.selectExpr("key", "upper(cast(value as string)) as value", *(args.column or ()))
     if args.foreach_batch:
         return _trigger(out.writeStream.foreachBatch(batch_writes(args)).option("checkpointLocation", args.checkpoint)
                         .queryName("kafka-eos-demo"), args).start()
@@ -147,6 +156,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--jars", default=None, help="spark.jars (for the built-in Kafka connector)")
     parser.add_argument("--driver-java-options", default=None, help="spark.driver.extraJavaOptions")
     parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
+    parser.add_argument("--column", action="append", help="another output column (a SQL expression)")
+    parser.add_argument("--resume-from-table", default=None,
+                        help="start where this kafka_eos_file table ends (startingOffsetsFromTable)")
     parser.add_argument("--foreach-batch", action="store_true",
                         help="write each micro-batch with df.write inside foreachBatch")
     parser.add_argument("--file-path", default=None, help="with --foreach-batch: also write files to this directory")

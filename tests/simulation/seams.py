@@ -13,10 +13,11 @@ Only module attributes are replaced (no product file is edited):
   ``kafka.coordinator``) read :class:`VirtualTime`;
 * the committer's thread pool -> :class:`SequentialExecutor` (a seeded order, one step at a
   time, so a schedule is reproducible);
-* uuids of batch writes (``twophase.writers``) and of the file sink's temporary decision
-  files -> seeded;
-* the file sink's ``os`` -> :class:`OsProxy` (a step at every rename, where a crash can
-  strike between a pending file and its final name);
+* uuids of batch writes (``twophase.writers``), of the file sink's temporary decision
+  files (``storage.local``) and of its staged files' stamps (``filesink.layout``) -> seeded;
+* the local store's ``os`` (``storage.local``, every file the file sink touches on a local
+  disk) -> :class:`OsProxy` (a step at every move, where a crash can strike between a
+  pending file and its final name);
 * ``twophase.faults``: the product's named crash points become steps of the scheduler.
 
 When a seam changes in the product, this module and :mod:`.adapters` are what to adapt.
@@ -102,9 +103,16 @@ class OsProxy:
         os.replace(src, dst)
 
     def link(self, src: Any, dst: Any) -> None:
-        """A decision file created only if absent (the file sink's numbered decisions)."""
-        self._w.sched.point("fs:link", _short(self._w, dst), DRIVER_POINT)
+        """A decision file created only if absent (the file sink's numbered decisions: the
+        link of a written temporary file), or the first half of a move (pending -> final,
+        in-progress -> pending: a link, then the old name unlinked)."""
+        if os.path.basename(str(src)).endswith(".tmp"):
+            self._w.sched.point("fs:link", _short(self._w, dst), DRIVER_POINT)
+            os.link(src, dst)
+            return
+        self._w.sched.point("fs:rename", f"{os.path.basename(str(src))} -> {_short(self._w, dst)}", DRIVER_POINT)
         os.link(src, dst)
+        self._on_rename(str(src), str(dst))
 
 
 def _short(w: World, path: Any) -> str:
@@ -157,10 +165,9 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
         ("kafka_eos_ds.sink.decision_log", "time", clock),
         ("kafka_eos_ds.kafka.coordinator", "time", clock),
         ("kafka_eos_ds.twophase.writers", "uuid", Uuid),
-        ("kafka_eos_ds.filesink.decision_log", "uuid", Uuid),
-        ("kafka_eos_ds.filesink.participants", "os", OsProxy(w, on_rename)),
-        ("kafka_eos_ds.filesink.task", "os", OsProxy(w, on_rename)),
-        ("kafka_eos_ds.filesink.decision_log", "os", OsProxy(w, on_rename)),
+        ("kafka_eos_ds.storage.local", "uuid", Uuid),
+        ("kafka_eos_ds.filesink.layout", "uuid", Uuid),
+        ("kafka_eos_ds.storage.local", "os", OsProxy(w, on_rename)),
     ]
     saved = []
     for module_name, attr, new in patches:

@@ -1,0 +1,70 @@
+"""What a task's commit message says about its files, and what the decision records: the
+``handle`` of a :class:`~kafka_eos_ds.twophase.Participant`, as JSON.
+
+One task writes one file per partition it has rows for. On a store that renames, each
+file is ``{"pending": ..., "final": ...}`` (paths relative to the table's root); on S3,
+``{"key": ..., "upload": ..., "parts": [[number, etag], ...], "tag": ...}`` (the upload
+at its final key, and the tag that tells the object it becomes from any other). Both
+carry ``partition`` (the directory, '' unpartitioned) and ``records``. A handle holds
+``{"files": [...]}``; an unpartitioned task on a renaming store keeps the one-file form
+``{"pending": ..., "final": ...}`` that earlier versions recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One of a task's files, pre-committed: renamed to ``final`` by the driver (``key``
+    empty), or the S3 upload ``upload`` completed at ``key``."""
+
+    final: str
+    pending: str = ""
+    partition: str = ""
+    records: int = 0
+    upload: str = ""
+    parts: tuple[tuple[int, str], ...] = ()
+    tag: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"partition": self.partition, "records": self.records}
+        if self.upload:
+            out.update(key=self.final, upload=self.upload, parts=[list(p) for p in self.parts], tag=self.tag)
+        else:
+            out.update(pending=self.pending, final=self.final)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StagedFile":
+        if "upload" in data:
+            return cls(str(data["key"]), "", str(data.get("partition", "")), int(data.get("records", 0)),
+                       str(data["upload"]), tuple((int(n), str(e)) for n, e in data.get("parts") or ()),
+                       str(data.get("tag", "")))
+        return cls(str(data["final"]), str(data["pending"]), str(data.get("partition", "")),
+                   int(data.get("records", 0)))
+
+
+def handle_of(files: list[StagedFile]) -> dict[str, Any]:
+    if len(files) == 1 and not files[0].upload and not files[0].partition:
+        return {"pending": files[0].pending, "final": files[0].final}
+    return {"files": [f.to_json() for f in files]}
+
+
+def files_of(handle: Optional[Mapping[str, Any]]) -> list[StagedFile]:
+    if not handle:
+        return []
+    if "files" in handle:
+        return [StagedFile.from_json(f) for f in handle["files"]]
+    return [StagedFile(str(handle["final"]), str(handle["pending"]))]
+
+
+def partitions_of(handles: list[Mapping[str, Any]]) -> list[str]:
+    """The partition directories the files of ``handles`` are in, each once, in order."""
+    seen: dict[str, None] = {}
+    for handle in handles:
+        for f in files_of(handle):
+            seen.setdefault(f.partition, None)
+    return list(seen)

@@ -1,0 +1,52 @@
+"""What a committed batch announces beyond its files: a ``_SUCCESS`` marker in each
+partition it wrote into (option ``successFile``), and those partitions in the Hive
+metastore (options ``table`` and ``hive.metastore.uris``; :mod:`.metastore`).
+
+Both run as the committer's ``publish`` step: after every file of the batch is final,
+before the batch is recorded done, and again by a restart that finishes the batch, so
+each is idempotent (a marker is an empty file written over itself; partitions are added
+``ifNotExists``). A marker is rewritten each time a batch adds files to its partition:
+it says the partition holds committed files, not that its time span is complete.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.handles import partitions_of
+from kafka_eos_ds.filesink.metastore import Metastore
+from kafka_eos_ds.twophase.protocol import Decision
+
+SUCCESS = "_SUCCESS"
+
+
+def metastore_of(config: FileSinkConfig) -> Optional[Metastore]:
+    table = config.table
+    return Metastore(table.database, table.name, table.uris, config.uri) if table is not None else None
+
+
+def publisher(config: FileSinkConfig) -> Optional[Callable[[Decision], None]]:
+    """The publish step of the sink's committer (None: nothing to announce)."""
+    metastore = metastore_of(config)
+    if metastore is None and not config.success_file:
+        return None
+
+    def publish(decision: Decision) -> None:
+        directories = partitions_of([p.handle for p in decision.participants if p.records])
+        if config.success_file:
+            store, layout = config.store(), config.layout
+            for directory in directories:
+                store.put(str(layout.root / directory / SUCCESS if directory else layout.root / SUCCESS), b"")
+        if metastore is not None:
+            metastore.register(directories)
+
+    return publish
+
+
+def prepare_table(config: FileSinkConfig, schema: Any) -> None:
+    """Before anything is written: the metastore answers, and the table exists (created
+    from ``schema`` if missing) with the sink's partition columns."""
+    metastore = metastore_of(config)
+    if metastore is not None:
+        metastore.ensure_table(schema, config.partitioning)

@@ -1,0 +1,106 @@
+"""A local disk (or a shared POSIX mount), through ``os``: a hard link creates a name
+only if it is free, in one step, and an ``fsync`` of the file and then of its directory
+makes a write or a move durable."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+class LocalStore:
+    renames = True
+    url = ""
+
+    def read_text(self, path: str) -> str:
+        return Path(path).read_text()
+
+    def list_names(self, path: str) -> list[str]:
+        try:
+            return [p.name for p in Path(path).iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def put(self, path: str, data: bytes, *, new: bool = False) -> None:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        temp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
+        with open(temp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            # link() fails if the name is taken, and the name then holds the whole file or
+            # nothing: a reader never sees half of it.
+            (os.link if new else os.replace)(temp, path)
+        finally:
+            Path(temp).unlink(missing_ok=True)
+        fsync_dir(directory)
+
+    def delete(self, path: str) -> None:
+        Path(path).unlink(missing_ok=True)
+        if os.path.isdir(os.path.dirname(path)):
+            fsync_dir(os.path.dirname(path))
+
+    def delete_tree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def create(self, path: str) -> "LocalOutput":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return LocalOutput(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        # A hard link, then the old name removed: POSIX rename() replaces an existing
+        # destination silently, link() refuses it (FileExistsError) in the same step that
+        # creates the name, so of two movers to one name exactly one wins.
+        os.link(src, dst)
+        os.unlink(src)
+        fsync_dir(os.path.dirname(dst))
+        if os.path.dirname(src) != os.path.dirname(dst):
+            fsync_dir(os.path.dirname(src))
+
+
+class LocalOutput:
+    """A new local file (exclusive create) whose ``close`` makes it durable (``fsync``);
+    ``discard`` closes it without."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "xb")  # noqa: SIM115 (open across write calls; closed by close/discard)
+
+    def write(self, data: Any) -> int:
+        return self._file.write(data)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def discard(self) -> None:
+        self._file.close()
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or unlink in ``path`` durable (POSIX: fsync the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
