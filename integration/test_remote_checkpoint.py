@@ -20,6 +20,8 @@ from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, run_pipeline, seed
 from kafka_eos_tools.audit import audit
 
+pytestmark = pytest.mark.storage  # starts HDFS: the gate's second lane
+
 RECORDS, BATCH = 600, 150
 
 

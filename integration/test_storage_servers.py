@@ -41,7 +41,7 @@ from integration.storage import HdfsUnderTest, MetastoreUnderTest, S3UnderTest  
 # What the storage servers themselves do, which the table sink will rely on: the full
 # profile. The gate meets HDFS through the product (test_remote_checkpoint.py); MinIO
 # (a 5.5-minute build on a new machine) and the metastore only here.
-pytestmark = pytest.mark.full
+pytestmark = [pytest.mark.full, pytest.mark.storage]
 
 
 def _path(url: str) -> str:

@@ -13,6 +13,8 @@ import uuid
 
 import pytest
 
+pytestmark = pytest.mark.storage  # starts HDFS and a metastore: the gate's second lane
+
 pytest.importorskip("hmsclient", reason="the metastore client is not installed (pip install -e '.[hive]')")
 pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip install -e '.[hdfs]')")
 

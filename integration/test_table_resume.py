@@ -14,6 +14,8 @@ import shutil
 
 import pytest
 
+pytestmark = pytest.mark.storage  # starts HDFS: the gate's second lane
+
 pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip install -e '.[hdfs]')")
 
 from integration.sink_runs import assert_crashed, run_pipeline, seed  # noqa: E402

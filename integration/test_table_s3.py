@@ -33,7 +33,7 @@ from kafka_eos_ds.twophase.writers import Task  # noqa: E402
 
 # MinIO costs a 5.5-minute build on a new machine (docs/dev/testing.md): the full profile,
 # as the storage servers' own checks; the gate runs the same sink steps on HDFS.
-pytestmark = pytest.mark.full
+pytestmark = [pytest.mark.full, pytest.mark.storage]
 
 RECORDS, BATCH = 450, 150
 COLUMNS = ["timestamp", "pmod(crc32(key), 3) as shard"]
