@@ -5,6 +5,8 @@
   the latest decision, write ``decided``, end every task's transaction, write ``done``)
   appends its duration and task count as a JSON line to the file named by the option
   ``benchCommitLog``. The built-in sink has no such step (its tasks' writes are final).
+* ``kafka_eos_file_timed``: the ``kafka_eos_file`` sink with the same steps timed
+  (planner, tasks, driver commit: renaming the batch's pending files to their final names).
 * ``kafka_eos_baseline``: the kafka_eos source reading with ``reading.py`` as it was at a
   git revision (``--baseline-read REV``), for before/after measurements in one run.
 
@@ -21,10 +23,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kafka_eos_ds.datasource import KafkaEosDataSource
-from kafka_eos_ds.sink import batch_writer, stream_writer
+from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 from kafka_eos_ds.source.stream_reader import KafkaStreamReader
 
 TIMED = "kafka_eos_timed"
+TIMED_FILE = "kafka_eos_file_timed"
 BASELINE = "kafka_eos_baseline"
 COMMIT_LOG_OPTION = "benchCommitLog"
 REPO = Path(__file__).resolve().parents[2]
@@ -87,20 +90,31 @@ class TimedSink:
         self.sink.abort(write, participants, spec)
 
 
-class TimedKafkaEos(KafkaEosDataSource):
+class _TimedWriters:
+    """A sink's data source with its writers' steps timed (:class:`TimedSink`)."""
+
+    def _timed(self, writer: Any) -> Any:
+        options = self.options  # type: ignore[attr-defined]  # the DataSource's
+        writer.sink = TimedSink(writer.sink, _option(options, COMMIT_LOG_OPTION))
+        return writer
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        return self._timed(super().writer(schema, overwrite))  # type: ignore[misc]
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        return self._timed(super().streamWriter(schema, overwrite))  # type: ignore[misc]
+
+
+class TimedKafkaEos(_TimedWriters, KafkaEosDataSource):
     @classmethod
     def name(cls) -> str:
         return TIMED
 
-    def _timed(self, writer: Any) -> Any:
-        writer.sink = TimedSink(writer.sink, _option(self.options, COMMIT_LOG_OPTION))
-        return writer
 
-    def writer(self, schema: Any, overwrite: bool) -> Any:
-        return self._timed(batch_writer(schema, self.options, overwrite))
-
-    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-        return self._timed(stream_writer(schema, self.options))
+class TimedKafkaEosFile(_TimedWriters, KafkaEosFileDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return TIMED_FILE
 
 
 class CommitLog:
@@ -141,12 +155,14 @@ def _baseline_source(rev: str) -> type:
 
 
 def register(spark: Any, baseline_rev: str | None = None) -> None:
-    """Register ``kafka_eos_timed`` (and ``kafka_eos_baseline`` for a revision) with ``spark``."""
+    """Register ``kafka_eos_timed``, ``kafka_eos_file_timed`` (and ``kafka_eos_baseline``
+    for a revision) with ``spark``."""
     import sys
 
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark.dataSource.register(TimedKafkaEos)
+    spark.dataSource.register(TimedKafkaEosFile)
     if baseline_rev:
         spark.dataSource.register(_baseline_source(baseline_rev))

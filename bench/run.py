@@ -41,6 +41,12 @@ from integration.helpers import create_topic, produce
 
 # Sink workloads by the columns they write (workloads.sink_write's ``columns``).
 SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
+# Table workloads (Kafka -> Spark -> Parquet files) by whether the table is partitioned.
+TABLES = {"table": False, "table partitioned": True}
+# Variants whose sink steps are timed (bench.formats: a CommitLog per run).
+TIMED_VARIANTS = ("kafka_eos exactly_once", "kafka_eos_file")
+# Workloads that run as streaming queries in micro-batches (the batches column, the timeline).
+MICRO_BATCHED = ("pipeline", *TABLES)
 
 @dataclass(frozen=True)
 class Profile:
@@ -53,10 +59,12 @@ class Profile:
     reps: int
     warmup: bool = True
     sink_columns: tuple[str, ...] = tuple(SINK_COLUMNS)  # the sink workloads of the main matrix
+    tables: tuple[str, ...] = tuple(TABLES)              # the table workloads of the main matrix
 
 
 PROFILES = {
-    "smoke": Profile((100,), 2, (), (2,), 400_000, 2_000, 1, warmup=False, sink_columns=("sink",)),
+    "smoke": Profile((100,), 2, (), (2,), 400_000, 2_000, 1, warmup=False, sink_columns=("sink",),
+                     tables=("table partitioned",)),
     # Estimated ~19 min on 2 cores at load 3-7, 25-30 min on busier shared cores (see
     # docs/dev/benchmarks.md); the run prints its estimate first and the time left as it goes.
     "full": Profile((100, 1024, 10240), 4, (1, 8, 16, 32), (10, 3, 30), 100_000_000, 5_000, 2),
@@ -129,7 +137,7 @@ def plan(profile: Profile, scaling: bool = True) -> list[Config]:
     everything = ("source", "sink", "pipeline")
     # The main matrix also writes each record's value alone and with a header, next to
     # the keyed write ("sink", key + value: what most pipelines write).
-    main = ("source", *profile.sink_columns, "pipeline")
+    main = ("source", *profile.sink_columns, "pipeline", *profile.tables)
     configs = [Config(s, profile.partitions, profile.batches[0], _records_for(profile, s), main, True)
                for s in profile.sizes]
     if scaling:
@@ -143,11 +151,11 @@ def plan(profile: Profile, scaling: bool = True) -> list[Config]:
 # Rough seconds per run on 2 shared cores (load 3-7), for the printed estimate only:
 # fixed part, per record, per task (per task and micro-batch in the pipeline; kafka_eos
 # pays a Python worker and, exactly-once, a transactional producer per task), per batch.
-_FIXED = {"source": 1.5, "sink": 1.5, "pipeline": 2.0, "raw": 0.5}
-_PER_RECORD = {"source": 4e-6, "sink": 2e-6, "pipeline": 4e-6, "raw": 1.5e-6}
+_FIXED = {"source": 1.5, "sink": 1.5, "pipeline": 2.0, "table": 2.5, "raw": 0.5}
+_PER_RECORD = {"source": 4e-6, "sink": 2e-6, "pipeline": 4e-6, "table": 4e-6, "raw": 1.5e-6}
 _PER_TASK = {("source", True): 0.05, ("source", False): 0.25, ("sink", True): 0.13, ("sink", False): 0.01,
-             ("pipeline", True): 0.15, ("pipeline", False): 0.045}
-_PER_BATCH = {"kafka_eos exactly_once": 1.0, "builtin": 0.35}
+             ("pipeline", True): 0.15, ("pipeline", False): 0.045, ("table", True): 0.1, ("table", False): 0.03}
+_PER_BATCH = {"kafka_eos exactly_once": 1.0, "kafka_eos_file": 0.8, "builtin": 0.35}
 
 
 def estimate_s(configs: list[Config], profile: Profile, variants_of, warmup: bool = False) -> float:
@@ -156,11 +164,12 @@ def estimate_s(configs: list[Config], profile: Profile, variants_of, warmup: boo
         mb = c.records * c.size / 1e6
         total += 1 + c.records * 3e-6 + mb * 0.02  # seeding the input topic
         for workload, variant in variants_of(c):
-            kind = "raw" if variant == "raw" else "sink" if workload in SINK_COLUMNS else workload
-            batches = c.batches if workload == "pipeline" else 1
+            kind = ("raw" if variant == "raw" else "sink" if workload in SINK_COLUMNS
+                    else "table" if workload in TABLES else workload)
+            batches = c.batches if workload in MICRO_BATCHED else 1
             run = _FIXED[kind] + c.records * _PER_RECORD[kind] + mb * 0.01
             run += c.partitions * batches * _PER_TASK.get((kind, variant != "builtin"), 0.0)
-            if kind == "pipeline":
+            if kind in ("pipeline", "table"):
                 run += batches * _PER_BATCH.get(variant, 0.35)
             total += run * profile.reps
     return total
@@ -222,6 +231,10 @@ class Runner:
                 spark, formats.TIMED, bs, n, c.size, self._out(p), "exactly_once", p, log, cols)
             out[(sink, "builtin")] = lambda _, cols=cols: w.sink_write(spark, w.BUILTIN, bs, n, c.size, self._out(p),
                                                                       partitions=p, columns=cols)
+        for table, partitioned in TABLES.items():
+            for variant, fmt in (("kafka_eos_file", formats.TIMED_FILE), ("builtin", w.PARQUET)):
+                out[(table, variant)] = lambda log, fmt=fmt, partitioned=partitioned: w.table_write(
+                    spark, fmt, bs, topic, n, per_batch, partitioned, log)
         out[("sink", "kafka_eos at_least_once")] = lambda _: w.sink_write(spark, w.EOS, bs, n, c.size, self._out(p),
                                                                           "at_least_once", p)
         if self.baseline:
@@ -234,25 +247,25 @@ class Runner:
 
     def warm_up(self) -> None:
         """One small run of each Spark variant: JIT, class loading, Python workers."""
-        c = Config(1024, self.profile.partitions, 2, 5_000, ("source", "sink", "pipeline"), False)
+        c = Config(1024, self.profile.partitions, 2, 5_000, ("source", "sink", "pipeline", *TABLES), False)
         variants = self.variants(c, self._input(c))
         self._create_outputs(c.partitions, len(variants))
         for key, run in variants.items():
             try:
-                timing = run(formats.CommitLog() if key[1] == "kafka_eos exactly_once" else None)
+                timing = run(formats.CommitLog() if key[1] in TIMED_VARIANTS else None)
                 self.log(f"warm-up {key[0]:<9} {key[1]:<26} {timing.seconds:6.2f}s")
             except Exception as exc:
                 self.log(f"warm-up {key[0]:<9} {key[1]:<26} FAILED: {str(exc).splitlines()[0][:300]}")
 
     def measure(self, c: Config) -> list[Measurement]:
         variants = self.variants(c, self._input(c))
-        self._create_outputs(c.partitions, sum(k[0] != "source" for k in variants) * self.profile.reps)
+        self._create_outputs(c.partitions, sum(k[0] not in ("source", *TABLES) for k in variants) * self.profile.reps)
         time.sleep(2)  # let the broker finish creating the partitions' logs
         table = {k: Measurement(k[0], k[1], c.size, c.partitions, c.batches, c.records) for k in variants}
         order = list(variants)
         for rep in range(self.profile.reps):
             for key in (order if rep % 2 == 0 else order[::-1]):
-                commits = formats.CommitLog() if key[1] == "kafka_eos exactly_once" else None
+                commits = formats.CommitLog() if key[1] in TIMED_VARIANTS else None
                 m = table[key]
                 m.load.append(os.getloadavg()[0])
                 try:
@@ -277,7 +290,7 @@ class Runner:
                             {"commit": m.commit_s, "prepare": m.prepare_s}[step["step"]].append(step["seconds"])
                 m.worker_peak_mb = max(m.worker_peak_mb, mem.peak_total / 1e6)
                 m.worker_largest_mb = max(m.worker_largest_mb, mem.peak_one / 1e6)
-                batches = f"{c.batches:>3} batches" if key[0] == "pipeline" else " " * 11
+                batches = f"{c.batches:>3} batches" if key[0] in MICRO_BATCHED else " " * 11
                 self.log(f"{key[0]:<9} {key[1]:<26} {c.size:>6} B x{c.partitions:<3} {batches} "
                          f"{c.records:>9,} rec {seconds:7.2f}s {c.records / seconds:>12,.0f} rec/s  "
                          f"load {m.load[-1]:.1f}")
@@ -345,7 +358,7 @@ def markdown(rows: list[dict], machine: dict, failed: list[str] = ()) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         commit = "" if r["commit_p50_ms"] is None else f"{r['commit_p50_ms']:.0f} / {r['commit_p99_ms']:.0f}"
-        batches = r["batches"] if r["workload"] == "pipeline" else ""
+        batches = r["batches"] if r["workload"] in MICRO_BATCHED else ""
         lines.append(f"| {r['workload']} | {r['variant']} | {r['size']} B | {r['partitions']} | {batches} | "
                      f"{r['records']:,} | {r['median_s']:.2f} | {r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} | "
                      f"{fmt(r['vs_builtin'])} | {fmt(r['vs_raw'])} | {_target_cell(r['targets'])} | "
@@ -366,17 +379,18 @@ TIMELINE = [("spark triggerExecution", "batch"), ("spark latestOffset", "latestO
 
 
 def timeline_markdown(rows: list[dict]) -> list[str]:
-    """The per-batch timeline of the pipeline rows (medians per micro-batch, ms)."""
-    rows = [r for r in rows if r["workload"] == "pipeline" and r.get("timeline_p50_ms")]
+    """The per-batch timeline of the micro-batched rows (medians per micro-batch, ms)."""
+    rows = [r for r in rows if r["workload"] in MICRO_BATCHED and r.get("timeline_p50_ms")]
     if not rows:
         return []
-    lines = ["", "Per-batch timeline of the pipeline (median ms per micro-batch; task: one task's write, "
-             "input included):", "",
-             "| variant | record | partitions | batches | " + " | ".join(label for _, label in TIMELINE) + " |",
-             "|---|---:|---:|---:|" + "---:|" * len(TIMELINE)]
+    lines = ["", "Per-batch timeline of the micro-batched workloads (median ms per micro-batch; task: one task's "
+             "write, input included):", "",
+             "| workload | variant | record | partitions | batches | "
+             + " | ".join(label for _, label in TIMELINE) + " |",
+             "|---|---|---:|---:|---:|" + "---:|" * len(TIMELINE)]
     for r in rows:
         cells = [r["timeline_p50_ms"].get(key) for key, _ in TIMELINE]
-        lines.append(f"| {r['variant']} | {r['size']} B | {r['partitions']} | {r['batches']} | "
+        lines.append(f"| {r['workload']} | {r['variant']} | {r['size']} B | {r['partitions']} | {r['batches']} | "
                      + " | ".join("" if c is None else f"{c:.0f}" for c in cells) + " |")
     return lines
 

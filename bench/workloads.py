@@ -100,6 +100,61 @@ def pipeline(spark, fmt: str, bootstrap: str, topic: str, out_topic: str, max_of
         return _streaming(writer.start(), started)
 
 
+# The table workloads: the same micro-batches of the same topic, read by the built-in
+# source for both sinks (the sink is what differs; the kafka_eos source's cost is the
+# source and pipeline workloads'), written as Parquet under a fresh local directory.
+PARQUET = "parquet"
+PARTITION_COLUMN = "dt"
+PARTITION_VALUES = 4  # dt: 4 dates, from the key (keys are i % 1000)
+
+
+def table_write(spark, fmt: str, bootstrap: str, topic: str, records: int, max_offsets: int,
+                partitioned: bool = False, commits: CommitLog | None = None, **_) -> Timing:
+    """Kafka -> Spark -> a Parquet table with AvailableNow in batches of ``max_offsets``
+    records: kafka_eos_file (as ``kafka_eos_file_timed`` with ``commits``) or Spark's file
+    sink (``parquet``, its ``_spark_metadata`` log), optionally into Hive-style
+    ``dt=YYYY-MM-DD`` directories. The table is read back after the clock stops: a run
+    whose table holds another number of rows than the topic, or other partition
+    directories, fails (:func:`check_table`)."""
+    columns = ["key", "value"]
+    if partitioned:
+        columns.append(f"date_add(date'2026-11-20', cast(cast(key as string) as int) % {PARTITION_VALUES}) "
+                       f"as {PARTITION_COLUMN}")
+    df = _reader(spark, BUILTIN, bootstrap, topic, max_offsets).selectExpr(*columns)
+    with tempfile.TemporaryDirectory(prefix="bench-table-") as work:
+        table, ckpt = os.path.join(work, "table"), os.path.join(work, "ckpt")
+        writer = (df.writeStream.format(fmt).option("path", table).option("checkpointLocation", ckpt)
+                  .trigger(availableNow=True))
+        if partitioned:
+            # Spark's file sink takes the writer's partitionBy; a Python data source never
+            # sees it, kafka_eos_file takes the option (docs/file-sink.md).
+            writer = writer.partitionBy(PARTITION_COLUMN) if fmt == PARQUET else writer.option(
+                "partitionBy", PARTITION_COLUMN)
+        if commits:
+            writer = writer.option(COMMIT_LOG_OPTION, commits.path)
+        started = time.perf_counter()
+        timing = _streaming(writer.start(), started)
+        check_table(spark, fmt, table, records, PARTITION_VALUES if partitioned else 0)
+        return timing
+
+
+def check_table(spark, fmt: str, table: str, records: int, partitions: int) -> None:
+    """The table holds ``records`` rows in ``partitions`` dt directories (0: none). Spark's
+    sink is read through its ``_spark_metadata`` log (what Spark itself does when the log
+    is there), kafka_eos_file's as the final files (a reader skips ``_kafka_eos``)."""
+    if fmt == PARQUET and not os.path.isdir(os.path.join(table, "_spark_metadata")):
+        raise RuntimeError(f"table check: {table} has no _spark_metadata log")
+    df = spark.read.parquet(table)
+    counted = df.count()
+    if counted != records:
+        raise RuntimeError(f"table check: {fmt} wrote {counted:,} rows, the topic holds {records:,}")
+    found = sorted(d for d in os.listdir(table) if not d.startswith(("_", ".")) and os.path.isdir(
+        os.path.join(table, d)))
+    expected = min(partitions, records)
+    if len(found) != expected or any(not d.startswith(f"{PARTITION_COLUMN}=") for d in found):
+        raise RuntimeError(f"table check: {fmt} wrote partition directories {found[:8]}, expected {expected}")
+
+
 # The raw client ceiling: confluent-kafka in plain processes (no Spark), as many as Spark
 # has cores, each with a share of the partitions (or of the records to produce). Client
 # settings are the connector's (source: 10 ms fetch.queue.backoff.ms, 8 MiB partition

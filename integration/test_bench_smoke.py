@@ -23,7 +23,8 @@ def test_benchmark_harness_runs_and_writes_its_reports(kafka, tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     seen = {(r["workload"], r["variant"]) for r in data["results"]}
     assert {("source", "kafka_eos"), ("source", "builtin"), ("sink", "kafka_eos exactly_once"),
-            ("sink", "builtin"), ("pipeline", "kafka_eos exactly_once"), ("pipeline", "builtin")} <= seen
+            ("sink", "builtin"), ("pipeline", "kafka_eos exactly_once"), ("pipeline", "builtin"),
+            ("table partitioned", "kafka_eos_file"), ("table partitioned", "builtin")} <= seen
     assert all(r["records_per_s"] > 0 for r in data["results"])
     assert (tmp_path / "results.md").read_text().count("|") > 20
     assert (tmp_path / "throughput.png").stat().st_size > 1000
