@@ -65,8 +65,9 @@ class Profile:
 PROFILES = {
     "smoke": Profile((100,), 2, (), (2,), 400_000, 2_000, 1, warmup=False, sink_columns=("sink",),
                      tables=("table partitioned",)),
-    # Estimated ~19 min on 2 cores at load 3-7, 25-30 min on busier shared cores (see
-    # docs/dev/benchmarks.md); the run prints its estimate first and the time left as it goes.
+    # Estimated ~19 min on 2 cores at load 3-7, 25-30 min on busier shared cores, before the
+    # table workloads, which the estimate puts at ~5 min more (see docs/dev/benchmarks.md);
+    # the run prints its estimate first and the time left as it goes.
     "full": Profile((100, 1024, 10240), 4, (1, 8, 16, 32), (10, 3, 30), 100_000_000, 5_000, 2),
 }
 
