@@ -59,7 +59,7 @@ class AuditReport:
 
 
 @dataclass(frozen=True)
-class _Rec:
+class Record:
     partition: int
     offset: int
     key: Optional[bytes]
@@ -121,7 +121,7 @@ def _settled_ends(conf: dict, topic: str, partitions: list, settle: float) -> di
         uncommitted.close()
 
 
-def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: float = 15.0) -> Iterator[_Rec]:
+def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: float = 15.0) -> Iterator[Record]:
     """Every record visible to read_committed, partition by partition (see _settled_ends)."""
     consumer = Consumer(client_config(conf, "audit", **{"group.id": f"kafka-eos-audit-{time.time_ns()}",
                                                         "isolation.level": "read_committed",
@@ -142,7 +142,7 @@ def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: 
             for msg in consumer.consume(5000, 0.5):
                 part, offset = msg.partition(), msg.offset()
                 if msg.error() is None and part is not None and offset is not None and offset < ends[part]:
-                    yield _Rec(part, offset, msg.key(), extract(msg))
+                    yield Record(part, offset, msg.key(), extract(msg))
             # Under read_committed the last offsets can be markers; position tells.
             for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
                 if tp.offset >= ends[tp.partition]:
@@ -151,7 +151,7 @@ def read_topic(conf: dict, topic: str, extract, timeout: float = 120.0, settle: 
         consumer.close()
 
 
-def audit_records(inputs: Iterable[_Rec], outputs: Iterable[_Rec]) -> AuditReport:
+def audit_records(inputs: Iterable[Record], outputs: Iterable[Record]) -> AuditReport:
     report = AuditReport()
     input_pos: dict[str, tuple[int, int]] = {}
     for rec in inputs:

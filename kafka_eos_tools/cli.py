@@ -6,6 +6,7 @@
     python -m kafka_eos_tools broker kill|restart --node N [--dir DIR]
     python -m kafka_eos_tools broker status [--dir DIR]
     python -m kafka_eos_tools demo [--bootstrap B] [--records N] [--crashes K] [--brokers N] ...
+    python -m kafka_eos_tools demo --table [--hdfs URL] [--metastore URI] [--records N] [--crashes K] ...
     python -m kafka_eos_tools audit --bootstrap B --input IN --output OUT [--json]
     python -m kafka_eos_tools transactions list|finish|abort ...   (the product's: kafka_eos_ds.cli)
 
@@ -20,6 +21,7 @@ import sys
 from typing import Sequence
 
 from kafka_eos_ds import cli as product_cli
+from kafka_eos_ds.errors import ConfigError
 from kafka_eos_tools.broker.security import Security
 
 DEFAULT_BROKER_DIR = ".kafka-eos/broker"
@@ -122,6 +124,13 @@ def _demo_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument("--seed", type=int, default=None, help="random seed for the crash moments")
     demo.add_argument("--workdir", default=".kafka-eos/demo", help="checkpoint, logs, embedded Kafka")
     demo.add_argument("--json", action="store_true", help="print the audit as JSON")
+    table = demo.add_argument_group("Kafka to a Hive table (--table)")
+    table.add_argument("--table", action="store_true",
+                       help="write a partitioned table on HDFS registered in a Hive metastore instead of a topic, "
+                            "and audit it through the metastore and over its path")
+    table.add_argument("--hdfs", help="with --table: use this HDFS (hdfs://host:port) instead of an embedded one")
+    table.add_argument("--metastore", help="with --table: use this metastore (thrift://host:port) instead of an "
+                                           "embedded one")
     demo.set_defaults(run=_demo)
 
 
@@ -133,6 +142,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     from kafka_eos_tools.demo.chaos import ChaosPlan, run_chaos
 
+    if (args.hdfs or args.metastore) and not args.table:
+        raise ConfigError("--hdfs and --metastore name the stores of the table variant; add --table.")
     workdir = Path(args.workdir).resolve()
     run_dir = workdir / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -140,6 +151,8 @@ def _demo(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=workdir / "demo.log", level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.table:
+        return _demo_table(args, workdir, run_dir)
     cluster = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -166,6 +179,42 @@ def _demo(args: argparse.Namespace) -> int:
         print(result.report.table())
         print(f"tailing read_committed consumer: {result.tail_records:,} records read while the job ran and "
               f"crashed, {result.tail_duplicates} duplicates")
+    return 0 if result.ok else 1
+
+
+def _demo_table(args: argparse.Namespace, workdir, run_dir) -> int:
+    """Kafka -> Spark -> a partitioned table on HDFS in a Hive metastore (docs/demo.md)."""
+    import json
+    import random
+
+    from kafka_eos_tools.demo.table_stores import TableStores, missing_clients
+
+    missing = missing_clients()
+    if missing:
+        raise ConfigError(f"demo --table needs {', '.join(missing)}: pip install -e '.[hdfs,hive]'")
+    from kafka_eos_tools.demo.table_chaos import TablePlan, run_table_chaos
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    with TableStores(run_dir / "servers", workdir / "kafka", args.brokers, args.bootstrap, args.hdfs,
+                     args.metastore) as stores:
+        assert stores.bootstrap and stores.hdfs and stores.metastore
+        plan = TablePlan(bootstrap=stores.bootstrap, hdfs=stores.hdfs, metastore=stores.metastore,
+                         workdir=run_dir / "pipeline", records=args.records, crashes=args.crashes, seed=seed,
+                         replication=stores.replication)
+        bar = _ProgressBar()
+        try:
+            result = run_table_chaos(plan, bar.update)
+        finally:
+            bar.close()
+    if args.json:
+        print(json.dumps({**result.audit.to_dict(), "crashes": result.crashes, "runs": result.runs,
+                          "seconds": round(result.seconds, 1), "servers_seconds": round(stores.start_seconds, 1),
+                          "seed": seed}, indent=2, sort_keys=True))
+    else:
+        print(f"demo --table: {result.fed:,} records, {result.crashes} driver kills (SIGKILL), {result.runs} runs, "
+              f"{result.seconds:.0f}s after {stores.start_seconds:.0f}s of server start-up (seed {seed})\n"
+              f"table {result.audit.table} at {result.audit.location}")
+        print(result.audit.table_text())
     return 0 if result.ok else 1
 
 

@@ -3,18 +3,18 @@ from __future__ import annotations
 import pytest
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_tools.audit import _Rec, audit_records, id_extractor
+from kafka_eos_tools.audit import Record, audit_records, id_extractor
 
 
 def _inputs(n, partitions=2):
-    return [_Rec(i % partitions, i // partitions, f"k{i % 4}".encode(), str(i)) for i in range(n)]
+    return [Record(i % partitions, i // partitions, f"k{i % 4}".encode(), str(i)) for i in range(n)]
 
 
 def _copy(recs, out_partitions=3):
     out, offsets = [], [0] * out_partitions
     for r in recs:
         p = int(r.key[1:]) % out_partitions
-        out.append(_Rec(p, offsets[p], r.key, r.id))
+        out.append(Record(p, offsets[p], r.key, r.id))
         offsets[p] += 1
     return out
 
@@ -28,7 +28,7 @@ def test_exact_copy_passes():
 def test_duplicates_losses_and_unexpected_are_counted():
     inputs = _inputs(20)
     out = _copy(inputs[:18] + inputs[3:5])  # loses two, duplicates two
-    out.append(_Rec(0, 999, b"k0", "nope"))
+    out.append(Record(0, 999, b"k0", "nope"))
     report = audit_records(inputs, out)
     assert (report.duplicates, report.losses, report.unexpected) == (2, 2, 1)
     assert not report.ok
@@ -40,8 +40,8 @@ def test_order_violation_within_a_key_is_found():
     # swap two records of the same key in the same output partition
     same = [i for i, r in enumerate(out) if r.key == b"k1"]
     a, b = same[1], same[3]
-    out[a], out[b] = (_Rec(out[a].partition, out[a].offset, out[b].key, out[b].id),
-                      _Rec(out[b].partition, out[b].offset, out[a].key, out[a].id))
+    out[a], out[b] = (Record(out[a].partition, out[a].offset, out[b].key, out[b].id),
+                      Record(out[b].partition, out[b].offset, out[a].key, out[a].id))
     report = audit_records(inputs, out)
     assert report.order_violations >= 1 and report.duplicates == 0 and report.losses == 0
 

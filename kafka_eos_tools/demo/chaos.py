@@ -69,6 +69,7 @@ class ChaosPlan:
     sink_format: str = "kafka_eos"
     spark_jars: Optional[str] = None
     sink_options: list[str] = field(default_factory=list)
+    job_args: list[str] = field(default_factory=list)  # more arguments of the job (--column ...)
     cluster: Optional["EmbeddedKafka"] = None  # needed for broker bounces
     broker_down_seconds: tuple[float, float] = (2.0, 8.0)
 
@@ -235,10 +236,10 @@ def _job_cmd(plan: ChaosPlan, input_topic: str, output_topic: str, available_now
         cmd.append("--shuffle")
     for option in plan.sink_options:
         cmd += ["--sink-option", option]
-    return cmd
+    return cmd + plan.job_args
 
 
-class _Pipeline:
+class Pipeline:
     """The pipeline's driver process across restarts."""
 
     def __init__(self, plan: ChaosPlan, input_topic: str, output_topic: str) -> None:
@@ -312,7 +313,7 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
     # Three batches ahead: one in flight, more queued, whatever the run's pace.
     feeder = InputFeeder(plan.bootstrap, input_topic, plan.records, 3 * plan.max_offsets, lambda: len(tail.ids))
     feeder.start()
-    pipeline = _Pipeline(plan, input_topic, output_topic)
+    pipeline = Pipeline(plan, input_topic, output_topic)
     # Progress: distinct ids a read_committed reader has seen so far.
     def frac() -> float:
         return min(1.0, len(tail.ids) / max(plan.records, feeder.fed, 1))
@@ -341,7 +342,7 @@ def run_chaos(plan: ChaosPlan, progress: Progress = lambda msg, frac: None) -> C
             progress(f"bounce {number}/{len(plan.bounces)}: {bounce} done", frac())
         pipeline.kill(hard=False)
         fed = feeder.finish()
-        _drain(plan, pipeline, progress, frac)
+        drain(plan, pipeline, progress, frac)
         progress("auditing", 1.0)
         report = audit({"bootstrap.servers": plan.bootstrap}, input_topic, output_topic)
         time.sleep(2.0)  # let the tailing reader catch up before it stops
@@ -365,7 +366,7 @@ def _error_tail(log: Path, lines: int = 12) -> str:
     return "\n".join((errors or text)[-lines:])
 
 
-def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress,
+def _wait_for_new_output(plan: ChaosPlan, pipeline: Pipeline, output_topic: str, progress: Progress,
                          frac: Callable[[], float]) -> None:
     base = committed_end(plan.bootstrap, output_topic)
     deadline = time.monotonic() + plan.run_timeout
@@ -379,7 +380,7 @@ def _wait_for_new_output(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str
         time.sleep(0.5)
 
 
-def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, progress: Progress,
+def _kill_inside_batch(plan: ChaosPlan, pipeline: Pipeline, output_topic: str, progress: Progress,
                        frac: Callable[[], float]) -> bool:
     """SIGKILL the driver once a batch has written to OUT but is not recorded as committed.
 
@@ -417,7 +418,7 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: _Pipeline, output_topic: str, 
                        f"see {pipeline.log(pipeline.runs)}")
 
 
-def _bounce(plan: ChaosPlan, pipeline: _Pipeline, bounce: str, rng: random.Random) -> None:
+def _bounce(plan: ChaosPlan, pipeline: Pipeline, bounce: str, rng: random.Random) -> None:
     if bounce.startswith("driver"):
         pipeline.kill(hard=bounce == "driver-hard")
     elif bounce == "worker-hard":
@@ -435,7 +436,7 @@ def _bounce(plan: ChaosPlan, pipeline: _Pipeline, bounce: str, rng: random.Rando
         cluster.restart(node)
 
 
-def _drain(plan: ChaosPlan, pipeline: _Pipeline, progress: Progress, frac: Callable[[], float]) -> None:
+def drain(plan: ChaosPlan, pipeline: Pipeline, progress: Progress, frac: Callable[[], float]) -> None:
     pipeline.runs += 1
     proc = processes.start(_job_cmd(plan, pipeline.input_topic, pipeline.output_topic, True),
                            pipeline.log(pipeline.runs))

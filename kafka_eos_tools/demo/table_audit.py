@@ -1,0 +1,193 @@
+"""The exactly-once audit of a partitioned table, read twice: through the Hive metastore
+and over the table's path.
+
+* **Through the metastore**: the table's partitions as the metastore lists them, and the
+  final files (``part-*``) in each partition's registered location: what Hive, Trino or
+  Spark with a Hive catalog read.
+* **Over the path**: ``pyarrow.dataset`` with Hive partitioning over the table's root,
+  which skips names starting with ``_`` or ``.`` (the sink's ``_kafka_eos`` staging and
+  the ``_SUCCESS`` markers), as ``spark.read.parquet`` does.
+
+Each read is checked against the input topic's ids (:func:`kafka_eos_tools.audit.audit_records`:
+records in, out, duplicates, losses, unexpected records) and every row against the
+partition it was found in (``expected_partition``: the values the pipeline derives from
+the row). Then the partitions: each directory holding final files must be registered,
+once, at its own location, and no registered partition may be empty. Files still staged
+(``in-progress``/``pending``) after the final run count against the table too.
+
+The reads use hdfs-native and pyarrow, not the sink's storage layer, so that the audit does
+not share the code it checks.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable
+
+from kafka_eos_tools.audit import AuditReport, Record, audit_records
+
+# Row (key, value, timestamp) -> the partition directory it belongs in ("dt=.../hour=..").
+Placement = Callable[[dict], str]
+
+
+@dataclass
+class TableRead:
+    """One way of reading the table: the audit of its rows, and the partitions it saw."""
+
+    report: AuditReport
+    misplaced: int = 0  # rows in a partition other than the one their values name
+    partitions: int = 0
+    example: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and self.misplaced == 0
+
+    def to_dict(self) -> dict:
+        report = asdict(self.report)
+        for unused in ("order_violations", "keys_checked"):  # files have no order to check
+            report.pop(unused)
+        return {**report, "misplaced": self.misplaced, "partitions": self.partitions, "ok": self.ok}
+
+
+@dataclass
+class TableAudit:
+    table: str
+    location: str
+    metastore: TableRead
+    dataset: TableRead
+    registered: list[str] = field(default_factory=list)  # partition names, as the metastore lists them
+    on_disk: list[str] = field(default_factory=list)  # directories holding final files
+    wrong_location: list[str] = field(default_factory=list)
+    staged_left: list[str] = field(default_factory=list)
+
+    @property
+    def unregistered(self) -> list[str]:
+        return sorted(set(self.on_disk) - set(self.registered))
+
+    @property
+    def registered_empty(self) -> list[str]:
+        return sorted(set(self.registered) - set(self.on_disk))
+
+    @property
+    def registered_twice(self) -> list[str]:
+        return sorted(name for name, n in Counter(self.registered).items() if n > 1)
+
+    @property
+    def partitions_ok(self) -> bool:
+        return not (self.unregistered or self.registered_empty or self.registered_twice or self.wrong_location)
+
+    @property
+    def ok(self) -> bool:
+        return (self.metastore.ok and self.dataset.ok and self.partitions_ok and not self.staged_left
+                and self.metastore.report.records_out == self.dataset.report.records_out)
+
+    def to_dict(self) -> dict:
+        return {"table": self.table, "location": self.location, "records_in": self.metastore.report.records_in,
+                "metastore": self.metastore.to_dict(), "dataset": self.dataset.to_dict(),
+                "partitions_registered": len(self.registered), "partitions_on_disk": len(self.on_disk),
+                "partitions_unregistered": self.unregistered, "partitions_registered_empty": self.registered_empty,
+                "partitions_registered_twice": self.registered_twice, "partitions_wrong_location":
+                self.wrong_location, "staged_files_left": len(self.staged_left), "ok": self.ok}
+
+    def table_text(self) -> str:
+        m, d = self.metastore, self.dataset
+        rows = [("records in", m.report.records_in, d.report.records_in),
+                ("records out", m.report.records_out, d.report.records_out),
+                ("unique ids out", m.report.unique_out, d.report.unique_out),
+                ("duplicates", m.report.duplicates, d.report.duplicates),
+                ("losses", m.report.losses, d.report.losses),
+                ("unexpected records", m.report.unexpected, d.report.unexpected),
+                ("rows in a wrong partition", m.misplaced, d.misplaced),
+                ("partitions", m.partitions, d.partitions)]
+        lines = [f"{'':<26}{'metastore':>12}{'pyarrow.dataset':>18}"]
+        lines += [f"{name:<26}{a:>12,}{b:>18,}" for name, a, b in rows]
+        lines.append(f"partitions registered {len(self.registered):,}, on disk {len(self.on_disk):,}: "
+                     f"{len(self.unregistered)} unregistered, {len(self.registered_empty)} registered empty, "
+                     f"{len(self.registered_twice)} registered twice, {len(self.wrong_location)} at another location")
+        lines.append(f"staged files left       {len(self.staged_left):,}")
+        for name, sample in {**m.report.examples, **d.report.examples}.items():
+            lines.append(f"  e.g. {name}: {sample}")
+        for sample in (m.example, d.example):
+            if sample:
+                lines.append(f"  e.g. {sample}")
+        lines.append(f"exactly once              {'YES' if self.ok else 'NO'}")
+        return "\n".join(lines)
+
+
+def audit_rows(inputs: list[Record], rows: Iterable[tuple[str, dict]], placement: Placement,
+               partitions: int) -> TableRead:
+    """``rows``: (the partition directory a row was read from, the row). Ids come from the
+    value's text before ``|``, as in the Kafka audit."""
+    outputs, misplaced, example = [], 0, ""
+    for index, (directory, row) in enumerate(rows):
+        value = row["value"]
+        value = value.decode() if isinstance(value, bytes) else value
+        head = (value or "").split("|", 1)[0]
+        # No key and a running offset: a table has no order to check.
+        outputs.append(Record(0, index, None, head or None))
+        wanted = placement(row)
+        if wanted != directory:
+            misplaced += 1
+            example = example or f"id {head} in {directory}, expected in {wanted}"
+    return TableRead(audit_records(inputs, outputs), misplaced, partitions, example)
+
+
+def hive_name(values: dict[str, str]) -> str:
+    return "/".join(f"{name}={value}" for name, value in values.items())
+
+
+def read_through_metastore(client: Any, hdfs: Any, database: str, table: str) -> tuple[list, list[tuple[str, dict]]]:
+    """The partitions the metastore lists (name, location) and the rows of their final files.
+
+    ``client``: an open hmsclient client; ``hdfs``: an hdfs-native client of the table's HDFS."""
+    keys = [k.name for k in client.get_table(database, table).partitionKeys]
+    partitions, rows = [], []
+    for partition in client.get_partitions(database, table, -1):
+        name = hive_name(dict(zip(keys, partition.values, strict=True)))
+        partitions.append((name, partition.sd.location))
+        for status in hdfs.list_status(_path_of(partition.sd.location), False):
+            if not status.isdir and posixpath.basename(status.path).startswith("part-"):
+                with hdfs.read(status.path) as reader:
+                    rows += [(name, row) for row in _parquet_rows(bytes(reader.read()))]
+    return partitions, rows
+
+
+def read_dataset(filesystem: Any, root: str, partition_names: list[str]) -> tuple[list[str], list[tuple[str, dict]]]:
+    """The directories holding files and the rows, read with pyarrow.dataset (Hive
+    partitioning, every partition value as text) over ``root`` on ``filesystem``."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    partitioning = ds.partitioning(pa.schema([(n, pa.string()) for n in partition_names]), flavor="hive")
+    dataset = ds.dataset(root, filesystem=filesystem, format="parquet", partitioning=partitioning)
+    directories = sorted({posixpath.relpath(posixpath.dirname(f), root) for f in dataset.files})
+    rows = []
+    for row in dataset.to_table().to_pylist():
+        rows.append((hive_name({n: row[n] for n in partition_names}), row))
+    return directories, rows
+
+
+def staged_files(hdfs: Any, root: str) -> list[str]:
+    """Files the sink still has in its staging directories under ``root``."""
+    staging = f"{root}/_kafka_eos"
+    try:
+        statuses = list(hdfs.list_status(staging, True))
+    except FileNotFoundError:
+        return []
+    return sorted(s.path for s in statuses if not s.isdir and ("/in-progress/" in s.path or "/pending/" in s.path))
+
+
+def _parquet_rows(data: bytes) -> list[dict]:
+    import io
+
+    import pyarrow.parquet as pq
+
+    return list(pq.read_table(io.BytesIO(data)).to_pylist())
+
+
+def _path_of(url: str) -> str:
+    """``hdfs://host:port/a/b`` -> ``/a/b``."""
+    return "/" + url.split("://", 1)[1].partition("/")[2] if "://" in url else url

@@ -1,0 +1,198 @@
+"""The demo's Kafka-to-table variant: Kafka -> Spark -> a partitioned Hive table on HDFS,
+its driver SIGKILLed again and again, then the table audited through the metastore and
+over its path (:mod:`.table_audit`).
+
+The pipeline is the main job (:mod:`kafka_eos_tools.demo.job`) writing with
+``format("kafka_eos_file")``: the Kafka timestamp's day and hour and a bucket of the key
+(``pmod(crc32(key), buckets)``) make three levels of Hive-style directories
+(``dt=2026-11-24/hour=13/bucket=2``), and each batch's partitions are registered in the
+metastore once its files are final. The input is fed while the kills go on, as in the
+Kafka demo (:class:`~kafka_eos_tools.demo.chaos.InputFeeder`); a kill comes at a random
+moment (seeded) after the table has grown by a batch since the run started.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from datetime import timezone
+from pathlib import Path
+
+from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.kafka.settings import logged
+from kafka_eos_ds.sink.source_progress import Checkpoint
+from kafka_eos_tools.audit import id_extractor, read_topic
+from kafka_eos_tools.demo import table_audit
+from kafka_eos_tools.demo.chaos import ChaosPlan, InputFeeder, Pipeline, Progress, create_topics, drain
+
+DATABASE = "kafka_eos_demo"
+PARTITION_BY = "dt=date(timestamp),hour=hour(timestamp),bucket"
+PARTITION_COLUMNS = ["dt", "hour", "bucket"]
+
+
+@dataclass
+class TablePlan:
+    bootstrap: str
+    hdfs: str  # hdfs://host:port
+    metastore: str  # thrift://host:port
+    workdir: Path
+    records: int = 20_000  # the least input; more is fed while kills remain
+    crashes: int = 3
+    seed: int = 0
+    buckets: int = 4
+    max_offsets: int = 500
+    kill_window: tuple[float, float] = (2.0, 10.0)  # seconds after the table last grew
+    run_timeout: float = 300.0
+    replication: int = 1
+
+
+@dataclass
+class TableResult:
+    audit: table_audit.TableAudit
+    crashes: int
+    runs: int
+    seconds: float
+    fed: int
+
+    @property
+    def ok(self) -> bool:
+        return self.audit.ok
+
+
+def run_table_chaos(plan: TablePlan, progress: Progress = lambda msg, frac: None) -> TableResult:
+    started = time.monotonic()
+    rng = random.Random(plan.seed)
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:8]
+    input_topic, table = f"demo-in-{run_id}", f"events_{run_id}"
+    location = f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db/{table}"
+    create_topics(plan.bootstrap, {input_topic: 2}, plan.replication)
+    create_database(plan.metastore, DATABASE, f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db")
+    chaos = ChaosPlan(bootstrap=plan.bootstrap, workdir=plan.workdir, records=plan.records, input_partitions=2,
+                      max_offsets=plan.max_offsets, seed=plan.seed, run_timeout=plan.run_timeout,
+                      sink_format="kafka_eos_file",
+                      sink_options=[f"path={location}", f"partitionBy={PARTITION_BY}", f"table={DATABASE}.{table}",
+                                    f"hive.metastore.uris={plan.metastore}", "successFile=true"],
+                      job_args=["--column", "timestamp", "--column", f"pmod(crc32(key), {plan.buckets}) as bucket"])
+    committed = CommittedInput(plan.workdir / "checkpoint")
+    feeder = InputFeeder(plan.bootstrap, input_topic, plan.records, 3 * plan.max_offsets, committed.records)
+    feeder.start()
+    pipeline = Pipeline(chaos, input_topic, "unused")
+
+    def frac() -> float:
+        return min(1.0, committed.records() / max(plan.records, feeder.fed, 1))
+
+    crashes = 0
+    try:
+        for number in range(1, plan.crashes + 1):
+            pipeline.ensure_running()
+            _wait_for_a_batch(plan, pipeline, committed, progress, frac)
+            moment = time.monotonic() + rng.uniform(*plan.kill_window)
+            while time.monotonic() < moment:
+                pipeline.ensure_running()
+                progress(f"run {pipeline.runs}: kill {number}/{plan.crashes} soon", frac())
+                time.sleep(0.5)
+            pipeline.kill(hard=True)
+            crashes += 1
+            progress(f"kill {number}/{plan.crashes} done (SIGKILL)", frac())
+        pipeline.kill(hard=False)
+        fed = feeder.finish()
+        drain(chaos, pipeline, progress, frac)
+        progress("auditing through the metastore and over the path", 1.0)
+        audit = audit_table(plan, input_topic, table, location)
+    finally:
+        feeder.finishing.set()
+        pipeline.kill(hard=True)
+    return TableResult(audit, crashes, pipeline.runs, time.monotonic() - started, fed)
+
+
+class CommittedInput:
+    """How many input records the table holds by now: the end offsets of the newest batch
+    in the checkpoint's commit log (the input carries no transactions, so offsets count
+    records). Progress and the feeder's pace, never the audit."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        self.checkpoint = checkpoint
+
+    def batch(self) -> int:
+        return Checkpoint.at(str(self.checkpoint)).latest_batch("commits") if self.checkpoint.exists() else -1
+
+    def records(self) -> int:
+        batch = self.batch()
+        if batch < 0:
+            return 0
+        try:
+            ends = Checkpoint.at(str(self.checkpoint)).end_offsets(batch)
+        except ConfigError:  # the log entry being written right now
+            return 0
+        return sum(offset for parts in ends.values() for offset in parts.values())
+
+
+def _wait_for_a_batch(plan: TablePlan, pipeline: Pipeline, committed: CommittedInput, progress: Progress,
+                      frac) -> None:
+    """Until the running driver has committed a batch of its own (a kill before that
+    would only repeat the previous one's start-up)."""
+    base = committed.batch()
+    deadline = time.monotonic() + plan.run_timeout
+    while committed.batch() <= base:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no batch committed within {plan.run_timeout:.0f}s; see {pipeline.log(pipeline.runs)}")
+        pipeline.ensure_running()
+        progress(f"run {pipeline.runs}: waiting for a batch", frac())
+        time.sleep(0.5)
+
+
+def create_database(uri: str, name: str, location: str) -> None:
+    """The database the sink creates its table in (it must exist), if it does not yet."""
+    from hmsclient.genthrift.hive_metastore.ttypes import AlreadyExistsException, Database
+
+    with _metastore_client(uri) as client:
+        try:
+            client.create_database(Database(name=name, description="kafka_eos demo", locationUri=location,
+                                            parameters={}))
+        except AlreadyExistsException:
+            pass
+
+
+def audit_table(plan: TablePlan, input_topic: str, table: str, location: str) -> table_audit.TableAudit:
+    import hdfs_native
+    from hdfs_native.fsspec import HdfsFileSystem
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    inputs = list(read_topic(logged({"bootstrap.servers": plan.bootstrap}), input_topic, id_extractor()))
+    host, port = plan.hdfs.removeprefix("hdfs://").rsplit(":", 1)
+    root = "/" + location.removeprefix(plan.hdfs).strip("/")
+    hdfs = hdfs_native.Client(plan.hdfs)
+
+    def placement(row: dict) -> str:
+        return _expected_partition(row, plan.buckets)
+
+    with _metastore_client(plan.metastore) as client:
+        partitions, rows = table_audit.read_through_metastore(client, hdfs, DATABASE, table)
+    through_metastore = table_audit.audit_rows(inputs, rows, placement, len(partitions))
+    filesystem = PyFileSystem(FSSpecHandler(HdfsFileSystem(host=host, port=int(port))))
+    on_disk, rows = table_audit.read_dataset(filesystem, root, PARTITION_COLUMNS)
+    over_path = table_audit.audit_rows(inputs, rows, placement, len(on_disk))
+    return table_audit.TableAudit(
+        f"{DATABASE}.{table}", location, through_metastore, over_path, registered=[n for n, _ in partitions],
+        on_disk=on_disk, wrong_location=[n for n, loc in partitions if loc.rstrip("/") != f"{location}/{n}"],
+        staged_left=table_audit.staged_files(hdfs, root))
+
+
+def _expected_partition(row: dict, buckets: int) -> str:
+    """Where the pipeline puts a row: its Kafka timestamp's UTC day and hour, and Spark's
+    ``pmod(crc32(key), buckets)`` (Spark's crc32 is zlib's CRC-32)."""
+    stamp = row["timestamp"]
+    stamp = stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp.astimezone(timezone.utc)
+    return table_audit.hive_name({"dt": stamp.strftime("%Y-%m-%d"), "hour": stamp.strftime("%H"),
+                                  "bucket": str(zlib.crc32(row["key"]) % buckets)})
+
+
+def _metastore_client(uri: str):
+    from hmsclient import hmsclient
+
+    host, port = uri.removeprefix("thrift://").split(",")[0].rsplit(":", 1)
+    return hmsclient.HMSClient(host=host, port=int(port))
