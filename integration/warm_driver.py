@@ -138,6 +138,11 @@ class WarmDriver:
         victims = processes.kill_tree(proc.pid)
         proc.wait(30)
         processes.wait_gone(victims)
+        # The pipes are ours to close: left to the garbage collector they raise a
+        # ResourceWarning in whatever test runs then (an error in a unit test).
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
     def close(self) -> None:
         """A clean stop (the session stops); a kill if that takes over a minute."""
