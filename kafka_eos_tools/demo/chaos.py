@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_eos_ds.kafka.settings import logged
@@ -176,6 +176,23 @@ class InputFeeder(threading.Thread):
         if self.is_alive():
             raise TimeoutError(f"feeding {self.topic} did not finish in 180s")
         return self.fed
+
+
+
+# What a watermark request answers while a bounced broker's partitions change leader.
+_LEADERS_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                   KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN}
+
+
+def high_watermark(watcher: Consumer, parts: list[TopicPartition]) -> int | None:
+    """The sum of the partitions' high watermarks, or None while their leaders move after a
+    broker bounce (the caller asks again): the watch must outlive the bounces it watches."""
+    try:
+        return sum(watcher.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in parts)
+    except KafkaException as e:
+        if e.args[0].code() in _LEADERS_MOVING:
+            return None
+        raise
 
 
 def committed_end(bootstrap: str, topic: str) -> int:
@@ -393,9 +410,6 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: Pipeline, output_topic: str, p
                                "isolation.level": "read_uncommitted"}))
     parts = [TopicPartition(output_topic, p) for p in range(plan.output_partitions)]
 
-    def high() -> int:
-        return sum(watcher.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in parts)
-
     deadline = time.monotonic() + plan.run_timeout
     watching = (-1, 0)  # (batch in flight, OUT's high watermark when it was first seen)
     try:
@@ -404,10 +418,11 @@ def _kill_inside_batch(plan: ChaosPlan, pipeline: Pipeline, output_topic: str, p
                 return False
             pipeline.ensure_running()
             planned, committed = checkpoint.latest_batch("offsets"), checkpoint.latest_batch("commits")
-            if planned > committed:
+            now = high_watermark(watcher, parts) if planned > committed else None
+            if now is not None:
                 if watching[0] != planned:
-                    watching = (planned, high())
-                elif high() > watching[1]:
+                    watching = (planned, now)
+                elif now > watching[1]:
                     pipeline.kill(hard=True)
                     return True
             progress(f"run {pipeline.runs}: waiting for a batch in flight", frac())
