@@ -17,6 +17,7 @@ kafka_eos_ds, and Spark's data source discovery finds the ``pyspark_kafka_eos`` 
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import socket
 import sys
@@ -146,6 +147,10 @@ class ConnectServer:
     @staticmethod
     def close(session: Any) -> None:
         """Stop a session of a live server (releases it there)."""
+        # Result iterators left in reference cycles release their operation on the server
+        # from __del__, through a thread pool the client shuts down when it stops. Collect
+        # them while the pool runs; collected later, each raises in the garbage collector.
+        gc.collect()
         session.stop()
 
     @staticmethod

@@ -24,6 +24,9 @@ from integration.helpers import consume_all
 from integration.secured import grant, leaked, new_pipeline, run_driver, start_secured
 from kafka_eos_tools.audit import audit
 
+# Secured brokers of its own: the gate runs it in its second lane (scripts/test.sh).
+pytestmark = pytest.mark.second_lane
+
 RECORDS = 600  # 2 partitions, 200 offsets per trigger: a few micro-batches
 
 TXN_DENIED = re.compile(r"TRANSACTIONAL_ID_AUTHORIZATION_FAILED|[Tt]ransactional.?[Ii]d.{0,20}[Aa]uthori[sz]")

@@ -35,7 +35,8 @@ from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader, create_topics
 
 # Each test starts its own cluster: 107-209 s measured, 3.5 minutes beside another cluster
 # test; the default limit (pyproject.toml) leaves too little margin.
-pytestmark = pytest.mark.timeout(900)
+# Its own cluster: the gate runs it in its second lane (scripts/test.sh).
+pytestmark = [pytest.mark.timeout(900), pytest.mark.second_lane]
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
 # The least input (20 batches); more is fed while the bounces go on (InputFeeder), so
