@@ -134,6 +134,13 @@ class Table:
         return client, bucket, prefix.strip("/")
 
 
+def s3_options(s3: Any) -> dict[str, str]:
+    """The store as a Spark user names it: Hadoop's s3a option names."""
+    return {"fs.s3a.endpoint": s3.endpoint, "fs.s3a.access.key": s3.access_key or "",
+            "fs.s3a.secret.key": s3.secret_key or "", "fs.s3a.endpoint.region": s3.region,
+            "fs.s3a.path.style.access": "true"}
+
+
 def partition_values(directory: str) -> dict[str, str]:
     """``{"dt": "2026-11-24", ...}`` of a Hive-style directory."""
     return dict(part.split("=", 1) for part in directory.split("/") if "=" in part)

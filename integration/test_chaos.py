@@ -53,12 +53,12 @@ def _record(name: str, profile: str, payload: dict) -> None:
         fh.write(json.dumps({"scenario": name, "profile": profile, **payload}) + "\n")
 
 
-# CI's gate runs one reduced scenario, driver and Python-worker kills with the order of one
-# partition checked (95 s; the mixed broker bounces took 343 s in CI, broker kills run in the
-# gate in test_sink_crash.py point 12 and test_embedded_kafka.py); the full profile every
-# scenario at both scales.
-@pytest.mark.parametrize("profile, scenario",
-                         _cases(PROFILES, gate="reduced", gate_scenario="1->1 partition, order kept"))
+# The full profile runs every scenario at both scales; the gate none since its cheapest
+# reduced one took 175 s in CI (2026-11-24) and the gate had to shed 10 minutes. Its faults
+# stay in the gate one at a time: driver kills (test_sink_crash.py, test_demo.py), task
+# kills (crash point 1), broker restarts (point 12, test_embedded_kafka.py), a killed
+# Connect server (test_spark_connect.py).
+@pytest.mark.parametrize("profile, scenario", _cases(PROFILES, gate=None))
 def test_exactly_once_under_bounces(kafka3, tmp_path, profile, scenario, chaos_summary):
     plan = ChaosPlan(
         bootstrap=kafka3.bootstrap, workdir=tmp_path, records=scenario.records,

@@ -60,6 +60,7 @@ def _partitions_moving(prefix):
 
 # -- point 4: the decision's partition is pinned -----------------------------------
 
+@pytest.mark.full  # 110-130 s; the gate keeps the commit log's other checks in this module
 def test_partitions_added_to_the_commit_log_do_not_hide_a_decision(pipeline):  # noqa: F811
     log_topic = f"log-{pipeline.output}"
     options = [f"commitLogTopic={log_topic}"]

@@ -14,7 +14,7 @@ import pytest
 # The oldest pyspark line (4.0: rows into the sink, no read limits) runs the main job too,
 # in the full profile (the gate runs the same paths on 4.0 in test_sink_crash and
 # test_spark_connect).
-pytestmark = pytest.mark.oldest_full
+pytestmark = [pytest.mark.oldest_full, pytest.mark.second_lane]  # second lane: scripts/test.sh
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]  # the tooling runs from the checkout
 
 

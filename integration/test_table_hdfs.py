@@ -1,19 +1,10 @@
 """The file sink's tables on HDFS (a real MiniDFSCluster on 127.0.0.1, or the cluster
-``KAFKA_EOS_HDFS`` names): the store's moves, the sink's steps, a streaming query from
-Kafka into Hive-style partitions, and crash points 3, 5 and 9 of docs/dev/guarantees.md.
-
-Each crash test runs the pipeline of :mod:`kafka_eos_tools.demo.job` (kafka_eos source ->
-upper(value), the record's Kafka timestamp and a shard of its key -> ``kafka_eos_file``
-partitioned ``dt=date(timestamp)/shard``) as a driver subprocess, hits one point of batch
-1, restarts from the same checkpoint, and reads the table back through hdfs-native: every
-input record exactly once in the final files, nothing left staged.
+``KAFKA_EOS_HDFS`` names): the store's moves, the sink's steps, and a streaming query from
+Kafka into Hive-style partitions. The crash matrix on HDFS (with the Hive metastore) is
+integration/test_table_crash.py.
 """
 
 from __future__ import annotations
-
-import io
-import json
-from pathlib import Path
 
 import pytest
 
@@ -22,10 +13,9 @@ pytestmark = pytest.mark.storage  # starts HDFS: the gate's second lane
 pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip install -e '.[hdfs]')")
 
 import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
-from integration.helpers import produce, run_to_end  # noqa: E402
-from integration.sink_runs import assert_crashed, run_pipeline, seed  # noqa: E402
+from integration.helpers import run_to_end  # noqa: E402
+from integration.sink_runs import seed  # noqa: E402
 from integration.tables import Table, partition_values  # noqa: E402
 from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
 from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
@@ -116,6 +106,7 @@ def test_the_sinks_steps_on_hdfs_commit_each_file_once_and_never_a_zombies(hdfs)
 
 # -- a streaming query -------------------------------------------------------------------------
 
+@pytest.mark.full  # the gate streams into partitioned HDFS tables in test_table_crash.py and test_table_metastore.py
 def test_a_streaming_query_writes_a_partitioned_table_on_hdfs_each_record_once(spark, kafka, new_topic, hdfs):
     topic = new_topic(2, prefix="tbl")
     seed(kafka.bootstrap, topic, 400)
@@ -163,75 +154,3 @@ def test_two_queries_write_one_table_on_hdfs_each_staging_apart(spark, kafka, ne
     assert writers == {writer_dir(f"q:{q.id}") for q in queries}
     tokens = {f.rsplit("-", 1)[1].split(".")[0] for f in table.finals()}
     assert tokens == {query_token(q.id) for q in queries}
-
-
-# -- crash injection ---------------------------------------------------------------------------
-
-@pytest.fixture
-def hdfs_table(kafka, hdfs, new_topic, tmp_path, warm_driver):
-    input_topic = new_topic(2, prefix="tin")
-    seed(kafka.bootstrap, input_topic, RECORDS)
-
-    class T:
-        input = input_topic
-        bootstrap = kafka.bootstrap
-        table = Table(hdfs.path("events"))
-        checkpoint = str(tmp_path / "checkpoint")
-
-        @staticmethod
-        def run(fault=None):
-            columns = [arg for c in COLUMNS for arg in ("--column", c)]
-            return run_pipeline(kafka.bootstrap, input_topic, "unused", T.checkpoint, "unused", fault=fault,
-                                max_offsets=BATCH, log_dir=tmp_path / "logs", sink_format="kafka_eos_file",
-                                sink_options=[f"path={T.table.url}", f"partitionBy={PARTITION_BY}"],
-                                job_args=columns, warm=warm_driver)
-
-        @staticmethod
-        def finishes_exactly_once(expected=RECORDS):
-            run = T.run()
-            assert run.returncode == 0, run.log[-3000:]
-            report = T.table.audit(expected)
-            assert report.ok, report
-            assert report.leftovers == [], report  # recovery cleaned every in-progress and pending file
-
-    return T
-
-
-def test_3_driver_dies_after_committing_some_files_on_hdfs(hdfs_table):
-    assert_crashed(hdfs_table.run("driver-after-first-commit@1"))
-    # Batch 0 and the first task of batch 1 (each of its partition files) are final; the
-    # other task's files are pending.
-    assert BATCH < hdfs_table.table.visible() < 2 * BATCH
-    assert len(hdfs_table.table.pending()) >= 1
-    hdfs_table.finishes_exactly_once()
-
-
-@pytest.mark.full  # the gate runs point 3 on HDFS; 5 and 9 run locally there
-def test_5_commit_raises_and_abort_leaves_the_decided_files_on_hdfs(hdfs_table):
-    run = hdfs_table.run("commit-raise@1")
-    assert run.returncode != 0 and "injected fault at commit-raise" in run.log, run.log[-3000:]
-    assert BATCH < hdfs_table.table.visible() < 2 * BATCH
-    assert len(hdfs_table.table.pending()) >= 1  # abort() kept the decided, not yet renamed files
-    hdfs_table.finishes_exactly_once()
-
-
-@pytest.mark.full  # the gate runs point 3 on HDFS; 5 and 9 run locally there
-def test_9_zombie_files_never_become_final_on_hdfs(hdfs_table):
-    hdfs_table.finishes_exactly_once()
-    table = hdfs_table.table
-    finals = table.finals()
-    # Zombies of the query under its own staging: an in-progress file, a pending one of
-    # another attempt, and one of a decided task (the same id as the winner, its own stamp).
-    query = json.loads(Path(hdfs_table.checkpoint, "metadata").read_text())["id"]
-    writer, token = writer_dir(f"q:{query}"), query_token(query)
-    body = io.BytesIO()
-    pq.write_table(pa.table({"key": [b"k"], "value": ["999999|ZOMBIE"]}), body)
-    for sub, name in (("in-progress", f"{token}-1-0-0.0000aaaa.0.parquet"),
-                      ("pending", f"{token}-1-1-3.0000bbbb.0.parquet"),
-                      ("pending", f"{token}-1-0-0.0000cccc.0.parquet")):
-        table.write(f"_kafka_eos/{writer}/{sub}/{name}", body.getvalue())
-    # They stay invisible; the next batch's recovery (more input arrives) deletes them.
-    produce(hdfs_table.bootstrap, hdfs_table.input, [f"{i}|record {i}".encode() for i in range(RECORDS, RECORDS + 10)])
-    hdfs_table.finishes_exactly_once(RECORDS + 10)
-    assert set(finals) < set(table.finals())  # old finals untouched, new ones added
-

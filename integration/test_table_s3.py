@@ -9,9 +9,6 @@ The credentials reach the sink as the options Spark users already have
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("boto3", reason="the S3 client is not installed (pip install -e '.[s3]')")
@@ -20,8 +17,8 @@ import pyarrow as pa  # noqa: E402
 from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
 
 from integration.helpers import run_to_end  # noqa: E402
-from integration.sink_runs import assert_crashed, run_pipeline, seed  # noqa: E402
-from integration.tables import Table, partition_values  # noqa: E402
+from integration.sink_runs import seed  # noqa: E402
+from integration.tables import Table, partition_values, s3_options  # noqa: E402
 from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
 from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
 from kafka_eos_ds.filesink.layout import writer_dir  # noqa: E402
@@ -39,13 +36,6 @@ RECORDS, BATCH = 450, 150
 COLUMNS = ["timestamp", "pmod(crc32(key), 3) as shard"]
 PARTITION_BY = "dt=date(timestamp),shard"
 SCHEMA = StructType([StructField("id", LongType()), StructField("country", StringType())])
-
-
-def s3_options(s3) -> dict[str, str]:
-    """The store as a Spark user names it: Hadoop's s3a option names."""
-    return {"fs.s3a.endpoint": s3.endpoint, "fs.s3a.access.key": s3.access_key or "",
-            "fs.s3a.secret.key": s3.secret_key or "", "fs.s3a.endpoint.region": s3.region,
-            "fs.s3a.path.style.access": "true"}
 
 
 def _batch(ids, countries):
@@ -135,43 +125,3 @@ def test_a_streaming_query_writes_a_partitioned_table_on_s3_each_record_once(spa
     assert {partition_values(d)["shard"] for d, _ in table.rows()} == {"0", "1", "2"}
     # Only the decisions are kept under _kafka_eos on S3: files are never copied there.
     assert all(f.startswith("dt=") or "/decisions/" in f for f in table.files()), table.files()
-
-
-# -- crash injection ---------------------------------------------------------------------------
-
-@pytest.fixture
-def s3_table(kafka, s3, new_topic, tmp_path, warm_driver):
-    input_topic = new_topic(2, prefix="sin")
-    seed(kafka.bootstrap, input_topic, RECORDS)
-
-    class T:
-        table = Table(f"s3a://{s3.new_bucket()}/lake/events", s3)
-        checkpoint = str(tmp_path / "checkpoint")
-        logs = tmp_path / "logs"
-
-        @staticmethod
-        def run(fault=None):
-            columns = [arg for c in COLUMNS for arg in ("--column", c)]
-            options = [f"path={T.table.url}", f"partitionBy={PARTITION_BY}",
-                       *(f"{k}={v}" for k, v in s3_options(s3).items())]
-            return run_pipeline(kafka.bootstrap, input_topic, "unused", T.checkpoint, "unused", fault=fault,
-                                max_offsets=BATCH, log_dir=T.logs, sink_format="kafka_eos_file",
-                                sink_options=options, job_args=columns, warm=warm_driver)
-
-    return T
-
-
-def test_3_driver_dies_after_completing_some_uploads_on_s3(s3_table, s3):
-    table = s3_table.table
-    assert_crashed(s3_table.run("driver-after-first-commit@1"))
-    assert BATCH < table.visible() < 2 * BATCH       # batch 0 and the first task of batch 1
-    assert table.uploads() != []                     # the other task's uploads, decided, not completed
-    run = s3_table.run()
-    assert run.returncode == 0, run.log[-3000:]
-    report = table.audit(RECORDS)
-    assert report.ok and report.leftovers == [], report
-    # The secret key never reached a log line (the sink's, Spark's, the job's).
-    logs = "".join(p.read_text(errors="replace") for p in Path(s3_table.logs).glob("*.log"))
-    assert s3.secret_key and s3.secret_key not in logs
-    query = json.loads(Path(s3_table.checkpoint, "metadata").read_text())["id"]
-    assert any(f"_kafka_eos/{writer_dir('q:' + query)}/decisions/" in f for f in table.files())
