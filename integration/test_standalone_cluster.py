@@ -322,12 +322,9 @@ SPECULATION_FAULTS = {
 }
 
 
-# The full profile runs both winners ("original" is the case only the post-commit fence
-# handles: a losing attempt 0 is also fenced as a lower attempt of the winner). The gate
-# runs the resubmitted stage below on the cluster, and speculation's losing attempt on one
-# broker (test_sink_crash.py point 11).
-@pytest.mark.full
-@pytest.mark.parametrize("winner", ["copy", "original"])
+# CI's gate runs "original", the case only the post-commit fence handles (a losing
+# attempt 0 is also fenced as a lower attempt of the winner); the full profile both.
+@pytest.mark.parametrize("winner", [pytest.param("copy", marks=pytest.mark.full), "original"])
 def test_speculative_copies_on_a_standalone_cluster_are_exactly_once(kafka, tmp_path, winner):
     """Spark's speculation for real: two workers on different loopback addresses (two
     hosts), attempt 0 of task 0 of a batch pre-commits and then stalls, Spark launches a

@@ -1,6 +1,6 @@
 """A table that says where it ends in Kafka, and a new query resuming there (the old
 query's checkpoint lost): on a local disk, with Spark's checkpoint files written by hand
-and a fake Kafka (integration/test_table_resume.py runs it with Spark and Kafka)."""
+and a fake Kafka (integration/test_table_crash.py, point 7, runs it with Spark and Kafka)."""
 
 from __future__ import annotations
 
