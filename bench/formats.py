@@ -9,6 +9,10 @@
   (planner, tasks, driver commit: renaming the batch's pending files to their final names).
 * ``kafka_eos_baseline``: the kafka_eos source reading with ``reading.py`` as it was at a
   git revision (``--baseline-read REV``), for before/after measurements in one run.
+* ``python_noop``: a Python streaming sink that drains its input the way kafka_eos_file's
+  tasks receive it (Arrow batches from pyspark 4.1) and writes nothing: what any Python
+  data source sink pays per batch (the hand-over to Python workers, the driver's commit
+  call), the floor under kafka_eos_file in the table workloads.
 
 Both classes are pickled by value so Spark's Python workers need not import this module.
 """
@@ -22,13 +26,17 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from pyspark.sql.datasource import DataSource
+
 from kafka_eos_ds.datasource import KafkaEosDataSource
 from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 from kafka_eos_ds.source.stream_reader import KafkaStreamReader
+from kafka_eos_ds.twophase.writers import StreamWriterBase
 
 TIMED = "kafka_eos_timed"
 TIMED_FILE = "kafka_eos_file_timed"
 BASELINE = "kafka_eos_baseline"
+NOOP = "python_noop"
 COMMIT_LOG_OPTION = "benchCommitLog"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,6 +125,30 @@ class TimedKafkaEosFile(_TimedWriters, KafkaEosFileDataSource):
         return TIMED_FILE
 
 
+class _NoopStreamWriter(StreamWriterBase):  # type: ignore[misc, valid-type]
+    def write(self, iterator: Any) -> Any:
+        from pyspark.sql.datasource import WriterCommitMessage
+
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: Any, batchId: int) -> None:
+        pass
+
+    def abort(self, messages: Any, batchId: int) -> None:
+        pass
+
+
+class PythonNoop(DataSource):  # type: ignore[misc]
+    @classmethod
+    def name(cls) -> str:
+        return NOOP
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        return _NoopStreamWriter()
+
+
 class CommitLog:
     """A fresh file per run for ``benchCommitLog``; ``steps()`` reads what the steps wrote."""
 
@@ -155,7 +187,7 @@ def _baseline_source(rev: str) -> type:
 
 
 def register(spark: Any, baseline_rev: str | None = None) -> None:
-    """Register ``kafka_eos_timed``, ``kafka_eos_file_timed`` (and ``kafka_eos_baseline``
+    """Register ``kafka_eos_timed``, ``kafka_eos_file_timed``, ``python_noop`` (and ``kafka_eos_baseline``
     for a revision) with ``spark``."""
     import sys
 
@@ -164,5 +196,6 @@ def register(spark: Any, baseline_rev: str | None = None) -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark.dataSource.register(TimedKafkaEos)
     spark.dataSource.register(TimedKafkaEosFile)
+    spark.dataSource.register(PythonNoop)
     if baseline_rev:
         spark.dataSource.register(_baseline_source(baseline_rev))

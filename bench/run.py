@@ -233,7 +233,8 @@ class Runner:
             out[(sink, "builtin")] = lambda _, cols=cols: w.sink_write(spark, w.BUILTIN, bs, n, c.size, self._out(p),
                                                                       partitions=p, columns=cols)
         for table, partitioned in TABLES.items():
-            for variant, fmt in (("kafka_eos_file", formats.TIMED_FILE), ("builtin", w.PARQUET)):
+            for variant, fmt in (("kafka_eos_file", formats.TIMED_FILE), ("builtin", w.PARQUET),
+                                 ("python no-op sink", formats.NOOP)):
                 out[(table, variant)] = lambda log, fmt=fmt, partitioned=partitioned: w.table_write(
                     spark, fmt, bs, topic, n, per_batch, partitioned, log)
         out[("sink", "kafka_eos at_least_once")] = lambda _: w.sink_write(spark, w.EOS, bs, n, c.size, self._out(p),
