@@ -2,7 +2,12 @@
 
 * Profiles are pytest markers (registered in pyproject.toml). Every test not marked
   ``full`` gets ``gate`` here, so ``pytest -m gate`` selects what CI runs on the newest
-  pyspark; the unit tests (``tests/``) also get ``matrix``, as every older line runs them.
+  pyspark (a test marked ``oldest_gate`` gets it on the oldest line only: elsewhere it runs
+  in the full profile); the unit tests (``tests/``) also get ``matrix``, as every older line runs them,
+  except the simulation (``tests/simulation``), which gets ``oldest``: it runs the sink's
+  protocol code under its own model of Spark, so what a pyspark line changes there
+  (``TaskContext``, the types) is what the unit tests check on every line; the newest and
+  the oldest line run it.
 * Under CI (``CI=true``) a skipped integration test fails the run: CI must prove the
   behaviour against a real Kafka, and a skip there would hide that it did not.
 * A test over its time limit (pytest-timeout: ``timeout`` in pyproject.toml, or a
@@ -30,6 +35,16 @@ _BACKSTOP = pytest.StashKey[threading.Timer]()
 _SKIPPED: list[str] = []
 
 
+# The oldest pyspark line the package claims (pyproject: pyspark>=4.0).
+OLDEST_LINE = "4.0"
+
+
+def _pyspark_line() -> str:
+    import pyspark
+
+    return ".".join(pyspark.__version__.split(".")[:2])
+
+
 def _strict() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
@@ -37,11 +52,14 @@ def _strict() -> bool:
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unit_tests = config.rootpath / "tests"
+    simulation = unit_tests / "simulation"
+    oldest_line = _pyspark_line() == OLDEST_LINE
     for item in items:
-        if item.get_closest_marker("full") is None:
+        if item.get_closest_marker("full") is None and (
+                oldest_line or item.get_closest_marker("oldest_gate") is None):
             item.add_marker(pytest.mark.gate)
         if item.path.is_relative_to(unit_tests):
-            item.add_marker(pytest.mark.matrix)
+            item.add_marker(pytest.mark.oldest if item.path.is_relative_to(simulation) else pytest.mark.matrix)
             # A warning fails a unit test. Not an integration test: pyspark's and py4j's
             # own sockets are left to the garbage collector there (ResourceWarning).
             item.add_marker(pytest.mark.filterwarnings("error"))

@@ -62,8 +62,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         kafka = f"kafka: external cluster at {os.environ['KAFKA_EOS_BOOTSTRAP']}"
     else:
         kafka = "kafka: testcontainers (Docker)" if _docker_answers() else \
-            "kafka: embedded Apache Kafka (KRaft) on 127.0.0.1"
+            f"kafka: embedded Apache Kafka {_kafka_version() or '(default line)'} (KRaft) on 127.0.0.1"
     return [kafka, *storage.header_lines()]
+
+
+def _kafka_version() -> Optional[str]:
+    """The embedded brokers' Kafka line (KAFKA_EOS_KAFKA_VERSION; unset or empty: the default)."""
+    return os.environ.get("KAFKA_EOS_KAFKA_VERSION") or None
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +84,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
             bootstrap = container.get_bootstrap_server()
             yield KafkaUnderTest(bootstrap, "testcontainers", 1)
         return
-    yield from _embedded(tmp_path_factory, 1, os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
+    yield from _embedded(tmp_path_factory, 1, _kafka_version())
 
 
 def _embedded(tmp_path_factory: pytest.TempPathFactory, brokers: int,
@@ -98,7 +103,7 @@ def _embedded(tmp_path_factory: pytest.TempPathFactory, brokers: int,
 @pytest.fixture(scope="session")
 def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
     """A 3-broker embedded cluster (RF 3, min ISR 2) whose brokers tests may kill."""
-    yield from _embedded(tmp_path_factory, 3, os.environ.get("KAFKA_EOS_KAFKA_VERSION"))
+    yield from _embedded(tmp_path_factory, 3, _kafka_version())
 
 
 @pytest.fixture(scope="session")
@@ -185,6 +190,19 @@ def warm_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Optional[W
         yield driver
     finally:
         driver.close()
+
+
+@pytest.fixture(scope="session")
+def builtin_connector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Spark's built-in Kafka connector in one child process for the whole session
+    (integration/builtin_rows.py): ``.run(request)`` gives its rows, writes and errors."""
+    from integration.builtin_rows import BuiltinConnector
+
+    connector = BuiltinConnector(tmp_path_factory.mktemp("builtin") / "child.log")
+    try:
+        yield connector
+    finally:
+        connector.close()
 
 
 @pytest.fixture

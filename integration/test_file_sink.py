@@ -209,25 +209,3 @@ def _zombie_table(staging: Path) -> Path:
     path = staging / ".zombie-source.parquet"
     pq.write_table(pa.table({"key": [b"k"], "value": ["999999|ZOMBIE"]}), path)
     return path
-
-
-def test_installed_file_sink_is_discovered_without_register(tmp_path):
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
-    job = tmp_path / "job.py"
-    job.write_text(textwrap.dedent("""
-        import sys
-        from pyspark.sql import SparkSession
-        spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-        spark.range(0, 5).write.format("kafka_eos_file").mode("append").save(sys.argv[1])
-        print("ROWS=%d" % spark.read.parquet(sys.argv[1]).count())
-        spark.stop()
-    """))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run([sys.executable, str(job), str(tmp_path / "out")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ROWS=5" in proc.stdout

@@ -1,4 +1,5 @@
-"""format("kafka_eos") is found without a register call, and through spark-submit --py-files."""
+"""format("kafka_eos") and format("kafka_eos_file") are found without a register call, and
+format("kafka_eos") through spark-submit --py-files."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ JOB = textwrap.dedent(
         yield kafka_eos_ds.__file__
 
     executor_file = spark.sparkContext.parallelize([0], 1).mapPartitions(where_loaded).collect()[0]
+    if len(sys.argv) > 4:  # and the file sink's format, found the same way
+        spark.range(0, 5).write.format("kafka_eos_file").mode("append").save(sys.argv[4])
+        print("ROWS=%d" % spark.read.parquet(sys.argv[4]).count())
     import kafka_eos_ds
     print("VALUES=" + ",".join(values))
     print("DRIVER_FILE=" + kafka_eos_ds.__file__)
@@ -70,10 +74,13 @@ def three_records(kafka, new_topic) -> str:
 
 
 def test_installed_package_is_discovered_without_register(kafka, three_records, tmp_path):
+    """Both formats, kafka_eos and kafka_eos_file, in one job that never calls register()."""
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    out = _lines(_run([sys.executable, str(job), kafka.bootstrap, three_records, "auto"], tmp_path))
+    out = _lines(_run([sys.executable, str(job), kafka.bootstrap, three_records, "auto", str(tmp_path / "table")],
+                      tmp_path))
     assert out["VALUES"] == "a,b,c"
+    assert out["ROWS"] == "5"
 
 
 def _spark_submit() -> str:

@@ -6,12 +6,8 @@ open under the sink's prefix) and nothing visible to read_committed readers.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -201,23 +197,17 @@ def test_batch_write_of_null_and_mixed_keys_headers_and_partitions(spark, kafka,
 
 
 @pytest.fixture(scope="module")
-def builtin_writes(kafka, tmp_path_factory):
-    """The same writes through Spark's built-in sink, in a child process (its jars need
-    their own JVM): a row with a negative partition, and a record between librdkafka's and
-    the Java producer's default size limits. Each gives the built-in's error or nothing."""
+def builtin_writes(kafka, builtin_connector):
+    """The same writes through Spark's built-in sink: a row with a negative partition, and a
+    record between librdkafka's and the Java producer's default size limits. Each gives the
+    built-in's error or nothing."""
     negative = create_topic(kafka.bootstrap, unique_name("neg-builtin"), 3, kafka.replication())
     large = create_topic(kafka.bootstrap, unique_name("large-builtin"), 1, kafka.replication())
     spec = [{"write": NEGATIVE_ROWS, "schema": NEGATIVE_SCHEMA, "expect_error": True,
              "options": {"kafka.bootstrap.servers": kafka.bootstrap, "topic": negative}},
             {"write": [["k", "x" * LARGE_VALUE]], "expect_error": True,
              "options": {"kafka.bootstrap.servers": kafka.bootstrap, "topic": large}}]
-    work = tmp_path_factory.mktemp("builtin-writes")
-    (work / "spec.json").write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, "-m", "integration.builtin_rows", str(work / "spec.json"),
-                           str(work / "out.json")], cwd=Path(__file__).resolve().parent.parent,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((work / "out.json").read_text())["results"]
+    results = builtin_connector.run(spec)["results"]
     return {"negative": results[0], "large": results[1], "large_topic": large}
 
 

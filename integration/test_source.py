@@ -8,8 +8,6 @@ runs once, in a child process, for every comparison (see ``integration/builtin_r
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -134,8 +132,8 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
 
 
 @pytest.fixture(scope="module")
-def topics(kafka, tmp_path_factory):
-    """Two topics read by both connectors, and the built-in's rows for them (child process)."""
+def topics(kafka, builtin_connector):
+    """Two topics read by both connectors, and the built-in's rows for them."""
     from integration.helpers import create_topic, unique_name
 
     conf = {"retention.ms": "-1"}  # explicit timestamps are an hour old; keep them
@@ -150,12 +148,7 @@ def topics(kafka, tmp_path_factory):
             {"options": {**base, "subscribe": plain, "failOnDataLoss": "false",
                          "startingOffsets": json.dumps({plain: {"0": PAST_END, "1": 0, "2": 0}})},
              "expect_error": True}]
-    work = tmp_path_factory.mktemp("builtin")
-    (work / "spec.json").write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, "-m", "integration.builtin_rows", str(work / "spec.json"),
-                           str(work / "out.json")], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads((work / "out.json").read_text())
+    out = builtin_connector.run(spec)
     builtin = [[tuple(r) for r in rows] for rows in out["results"][:2]]
     return {"plain": plain, "txn": txn, "committed": committed, "builtin_plain": builtin[0],
             "builtin_txn": builtin[1], "builtin_past_end": out["results"][2], "connector": out["connector"]}
