@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 
 from integration.helpers import consume_all, create_topic, produce, unique_name
 from kafka_eos_ds.sink import list_transactions
 from kafka_eos_ds.sink import transactional_ids as ids
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_client_id_option_works_for_the_exactly_once_sink_and_the_source(spark, kafka, new_topic):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -21,7 +20,6 @@ from integration.helpers import end_offsets, produce
 
 NOW_MS = int(time.time() * 1000)
 PAST_END = 150  # a start offset past the end of a partition of 100 records
-REPO = Path(__file__).resolve().parent.parent
 
 
 def plain_records(n: int, partitions: int) -> list[dict]:
@@ -221,8 +219,8 @@ def test_available_now_with_admission_control_equals_builtin(spark, kafka, topic
 
 @pytest.mark.oldest
 def test_streaming_read_of_aborted_transactions_in_bounded_batches(spark, kafka, topics, checkpoint):
-    # Every pyspark line: 4.0 and 4.1 pass no read limits, and the reader caps each batch
-    # itself from the end it returned last.
+    # On 4.0 (and 4.1) Spark passes no read limits and the reader caps each batch itself
+    # from the end it returned last; on the newest line Spark passes them.
     df = kafka_eos_reader(spark, kafka.bootstrap, topics["txn"], stream=True, includeHeaders="true",
                           startingOffsets="earliest", maxOffsetsPerTrigger=40).load()
     batches, spans = run_until(df, checkpoint, rows=topics["committed"])

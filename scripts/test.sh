@@ -36,7 +36,7 @@ OLDER_LINES=(4.0.5 4.1.4 4.2.1)
 # The broker of one older line's tests: the gate's Kafka 3.x cell (transaction protocol
 # v1) is the 4.1 line's crash test, on an embedded Kafka 3.9 (integration/conftest.py);
 # integration/test_kafka39.py runs more of the suites on 3.9, in the gate and the full profile.
-declare -A BROKER_OF_LINE=([4.1.4]=3.9)
+declare -A BROKER_OF_LINE=([4.1]=3.9)  # by minor line: a patch bump keeps the cell
 RESULTS=${KAFKA_EOS_RESULTS_DIR:-.kafka-eos/results}
 mkdir -p "$RESULTS"
 setup=(scripts/setup.sh)
@@ -134,7 +134,7 @@ older_log="$RESULTS/older-lines.log"
       lane_failed=1
       continue
     fi
-    broker=${BROKER_OF_LINE[$version]:-}
+    broker=${BROKER_OF_LINE[${version%.*}]:-}
     if [ "$version" = "${OLDER_LINES[0]}" ]; then
       run_pytest "pyspark $version (oldest)" ".venv-pyspark-${version%.*}" "${OLDEST_RUN[@]}" || lane_failed=1
     else
