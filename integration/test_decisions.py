@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 import zlib
 
 import pytest
@@ -142,14 +143,16 @@ def sink(kafka, new_topic):
         driver = KafkaSink(config, commit_timeout_s=30)
 
         @staticmethod
-        def precommitted(partition, rows, query, batch):
-            """One task's transaction, written and left open, as a task hands it to the driver."""
-            writer = _PartitionWriter(S.config, partition, 0)
+        def precommitted(partition, rows, query, batch, write=None):
+            """One task's transaction, written and left open, as a task hands it to the driver
+            (``write``: the write it belongs to; by default micro-batch ``batch`` of stream ``query``)."""
+            write = write or WriteId(Kind.STREAM, query, batch)
+            writer = _PartitionWriter(S.config, partition, 0, write.family)
             writer.write_all([(r,) for r in rows])
             writer.pre_commit()
             assert writer.pid_epoch is not None
-            return KafkaCommitMessage(WriteId(Kind.STREAM, query, batch), partition, 0, len(rows), "",
-                                      writer.transactional_id, *writer.pid_epoch)
+            return KafkaCommitMessage(write, partition, 0, len(rows), write.family, writer.transactional_id,
+                                      *writer.pid_epoch)
 
         @staticmethod
         def log():
@@ -231,3 +234,27 @@ def test_an_older_batch_committed_after_a_newer_one_is_refused(sink):
     assert (latest.batch_id, latest.state) == (5, DONE)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     assert values == sorted(f"b5-{i}" for i in range(30))
+
+
+def test_a_zombie_driver_that_skips_a_foreachbatch_write_never_makes_the_new_run_skip_its_next_one(sink):
+    # foreachBatch writes twice into the sink per micro-batch. The first run's driver
+    # stalls at the commit of micro-batch 0's first write and is replaced by a new run of
+    # the query, which commits that write. The stalled driver comes back, finds the write
+    # committed by the other run, records that it skipped it, and dies. The new run's
+    # second write comes after that record, and must still commit.
+    old_run, new_run = str(uuid.uuid4()), str(uuid.uuid4())
+
+    def foreach_write(run, rows):
+        write = WriteId(Kind.FOREACH, "q", 0, run=run, job=uuid.uuid4().hex)
+        message = sink.precommitted(0, rows, "q", 0, write=write)
+        KafkaSink(sink.config, commit_timeout_s=30).commit(write, [message.participant()])  # a driver step
+
+    first = [f"w0-{i}" for i in range(20)]
+    foreach_write(new_run, first)
+    foreach_write(old_run, first)  # the zombie's copy of the first write: adds nothing
+    latest = sink.log().latest("f:q")
+    assert (latest.state, latest.run, latest.participants) == (DONE, old_run, ())
+    second = [f"w1-{i}" for i in range(30)]
+    foreach_write(new_run, second)
+    values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
+    assert values == sorted(first + second)

@@ -200,6 +200,21 @@ def test_7_checkpoint_lost_a_new_query_resumes_from_the_group(pipeline, point, v
     assert pipeline.open_ids() == []
 
 
+def test_7_checkpoint_lost_after_the_last_batch_an_idle_new_query_finishes_it(pipeline):
+    # commit() of the last batch (3) commits its first transaction, which carries the
+    # group's offsets (the end of the input), and raises: the batch is decided and partly
+    # visible. The new query starts at those offsets and finds no new input; Spark still
+    # runs a fresh query's batch 0 (nothing to compare its offsets with), and that batch's
+    # recovery finishes the lost query's decided batch, well within its transaction timeout.
+    run = pipeline.run("commit-raise@3")
+    assert run.returncode != 0 and "injected fault at commit-raise" in run.log, run.log[-3000:]
+    visible = _visible_once_markers_land(pipeline, 3 * BATCH + 1)
+    assert 3 * BATCH < visible < RECORDS
+    assert len(pipeline.open_ids()) == 1
+    shutil.rmtree(pipeline.checkpoint)
+    _finishes_exactly_once(pipeline)
+
+
 def test_8_decided_transaction_lost_to_the_timeout_fails_the_query_loudly(pipeline):
     # 20 s: long enough for a batch to pass the check before its decision (half the
     # timeout left), short enough for the broker to abort the decided batch soon after.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
@@ -104,6 +106,26 @@ def test_a_re_run_of_a_micro_batch_skips_the_writes_an_earlier_run_committed():
     assert again_2.skip and again_2.decision.write == 1
     new = plan_write(again_2.decision, foreach(3, RUN2), [part(0)])
     assert not new.skip and new.decision.write == 2 and new.decision.writes == 3
+
+
+def test_two_runs_taking_turns_in_one_micro_batch_each_keep_their_own_count():
+    # The new run commits write 0; the old run (a zombie) comes back and skips its copy of
+    # write 0; the new run's write 1 must count from its own ordinal, not restart at 0.
+    new_0 = plan_write(None, foreach(3, RUN2), [part(0)]).decision.with_state(DONE)
+    old_0 = plan_write(new_0, foreach(3, RUN1), [part(0)])
+    assert old_0.skip and old_0.decision.runs == {RUN1: 0, RUN2: 0}
+    new_1 = plan_write(old_0.decision, foreach(3, RUN2), [part(0)])
+    assert not new_1.skip and new_1.decision.write == 1 and new_1.decision.writes == 2
+    # And the record survives the log: a written-and-read-back record counts the same.
+    again = Decision.from_json(json.loads(json.dumps(old_0.decision.to_json())))
+    assert again == old_0.decision and plan_write(again, foreach(3, RUN2), [part(0)]).decision.write == 1
+
+
+def test_a_record_written_before_runs_were_kept_still_counts_its_own_run():
+    older = Decision.from_json({"queryId": Q, "batchId": 3, "state": "done", "transactions": [], "write": 1,
+                                "run": RUN1, "writes": 2})
+    assert older.ordinals() == {RUN1: 1}
+    assert plan_write(older, foreach(3, RUN1), [part(0)]).decision.write == 2
 
 
 def test_an_unfinished_foreachbatch_write_is_finished_before_the_next_one_counts():

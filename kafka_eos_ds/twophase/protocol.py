@@ -94,8 +94,10 @@ class Decision:
     query id and micro-batch id). ``progress`` (optional, JSON) is what the batch consumed,
     committed atomically with its first participant (the Kafka sink: the source group's
     end offsets). For writes inside ``foreachBatch``: ``write`` is the write's ordinal
-    within its micro-batch, ``run`` the stream run that made it, and ``writes`` how many
-    writes of that micro-batch are committed over all runs (a re-run skips that many).
+    within its micro-batch, ``run`` the stream run that made it, ``writes`` how many
+    writes of that micro-batch are committed over all runs (a re-run skips that many), and
+    ``runs`` the last ordinal each run of the query reached in the micro-batch (two runs
+    can take turns in one micro-batch: a zombie driver and its replacement).
     """
 
     query_id: str
@@ -106,6 +108,7 @@ class Decision:
     write: int = 0
     run: Optional[str] = None
     writes: int = 1
+    runs: Mapping[str, int] = field(default_factory=dict)
 
     def same_batch(self, query_id: str, batch_id: int) -> bool:
         return self.query_id == query_id and self.batch_id == int(batch_id)
@@ -119,14 +122,23 @@ class Decision:
         if self.progress is not None:
             out["progress"] = dict(self.progress)
         if self.run is not None:
-            out.update({"write": self.write, "run": self.run, "writes": self.writes})
+            out.update({"write": self.write, "run": self.run, "writes": self.writes, "runs": dict(self.runs)})
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Decision":
         return cls(str(data["queryId"]), int(data["batchId"]), DecisionState(str(data["state"])),
                    tuple(Participant.from_json(p) for p in data.get("transactions") or ()),
-                   data.get("progress"), int(data.get("write", 0)), data.get("run"), int(data.get("writes", 1)))
+                   data.get("progress"), int(data.get("write", 0)), data.get("run"), int(data.get("writes", 1)),
+                   {str(k): int(v) for k, v in (data.get("runs") or {}).items()})
+
+    def ordinals(self) -> dict[str, int]:
+        """The last ordinal each run reached in this micro-batch (foreachBatch writes; a
+        record written before ``runs`` existed names only its own run)."""
+        reached = dict(self.runs)
+        if self.run is not None:
+            reached[self.run] = self.write
+        return reached
 
 
 @dataclass(frozen=True)

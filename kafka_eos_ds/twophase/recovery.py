@@ -163,25 +163,29 @@ def _plan_foreach(own: Optional[Decision], earlier: Optional[Decision], write: W
 
     The function of a micro-batch runs its writes one after the other, in the same order
     when Spark runs the micro-batch again after a restart. So: the first write of N in a
-    run is ordinal 0, each next one in the same run the ordinal after the writer's latest;
-    ``writes`` counts the writes of N committed over all runs, and a write whose ordinal is
-    below it was committed by an earlier run: it adds nothing (its transactions are
-    aborted). An earlier micro-batch than the latest decided one is refused, as for a
+    run is ordinal 0, each next one in the same run the ordinal after the one that run
+    reached last; ``writes`` counts the writes of N committed over all runs, and a write
+    whose ordinal is below it was committed by an earlier run: it adds nothing (its
+    transactions are aborted). Each run's ordinal is kept per run in every record of N
+    (``runs``), not read off the latest record alone: a zombie driver and its replacement
+    can take turns in one micro-batch, and the zombie's record must not reset the other
+    run's count. An earlier micro-batch than the latest decided one is refused, as for a
     stream (only a driver that fell behind gets there)."""
-    n, run = write.version, write.run
+    n, run = write.version, write.run or ""
     if own is not None and n < own.batch_id:
         raise TransactionError(
             f"Refusing a write of micro-batch {n} of query {write.app} inside foreachBatch: micro-batch "
             f"{own.batch_id} already wrote. Another driver of this query has moved past it; this one must stop.")
     if own is None or n > own.batch_id:
-        ordinal, committed = 0, 0
+        reached, committed = {}, 0
     else:
-        ordinal = own.write + 1 if own.run == run else 0
-        committed = own.writes
+        reached, committed = own.ordinals(), own.writes
+    ordinal = reached[run] + 1 if run in reached else 0
+    runs = {**reached, run: ordinal}
     if ordinal < committed:
-        done = Decision(write.app, n, DONE, (), write=ordinal, run=run, writes=committed)
+        done = Decision(write.app, n, DONE, (), write=ordinal, run=run, writes=committed, runs=runs)
         return CommitPlan(noop=False, decision=done, earlier=earlier, skip=True)
-    decided = Decision(write.app, n, DECIDED, parts, write=ordinal, run=run, writes=ordinal + 1)
+    decided = Decision(write.app, n, DECIDED, parts, write=ordinal, run=run, writes=ordinal + 1, runs=runs)
     return CommitPlan(noop=False, decision=decided, earlier=earlier)
 
 

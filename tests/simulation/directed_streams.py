@@ -158,8 +158,9 @@ def abandon_before_log(w: World, oracle: Oracle, rng: random.Random) -> Scenario
 def checkpoint_lost_idle(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
     """With sourceGroupId: the only batch is decided and its first transaction (with the
     group's offsets) committed, then commit() raises; the checkpoint is lost; the new query
-    starts at the group's offsets, finds no new input, and so never runs a batch, whose
-    recovery would have committed the decided batch's other transaction."""
+    starts at the group's offsets and finds no new input. Spark still runs its batch 0 (a
+    fresh query has no offsets to compare with), whose recovery commits the decided batch's
+    other transaction."""
     w.plan.script = [Fault("q.r0", "fault:commit-raise", 1, FAIL)]
     sink = KafkaSink(out_partitions=1, extra={"sourceGroupId": "source-group"})
     first = query(w, oracle, sink, [1, 1], 1, tasks=2)

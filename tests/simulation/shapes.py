@@ -53,17 +53,13 @@ KNOWN_DEFECTS = {
     "stream-shared-log": (_STREAM, _WHY_STREAM),
     "stream-file": (set(), ""),
     "stream-and-batch": (_STREAM | {"partial", "decided-not-visible"}, _WHY_STREAM + "; " + _JOBS),
-    "checkpoint-lost": (_STREAM | {"lost", "decided-not-visible", "left-open"},
-                        "a decided batch of the lost query is finished only by the new query's first batch: with no "
-                        "new input, never (checkpoint-lost-idle); " + _WHY_STREAM),
+    "checkpoint-lost": (_STREAM, _WHY_STREAM),
     "batch": ({"partial", "decided-not-visible", "decided-fenced"}, _JOBS + "; " + _ZOMBIES),
     "batch-concurrent": ({"partial", "decided-not-visible", "decided-fenced"}, _JOBS + "; " + _ZOMBIES),
     "app-writes": ({"decided-fenced"}, _ZOMBIES),
-    "foreach-batch": (_STREAM | {"lost"},
-                      "a zombie driver and its replacement in one micro-batch: a write counted as done by the other "
-                      "run is skipped (foreach-zombie-ordinal); " + _ZOMBIES),
+    "foreach-batch": (_STREAM, _ZOMBIES),
     "foreach-batch-connect": ({"decided-fenced", "false-lost"}, _ZOMBIES),
-    "foreach-batch-file": ({"lost"}, "foreach-zombie-ordinal"),
+    "foreach-batch-file": (set(), ""),
     "two-streams": ({"decided-fenced", "false-lost"},
                     "two streams share the stream's ids and decision writer: before one notices the other, each can "
                     "abort the other's decided batch (a TransactionLostError, not the conflict); " + _ZOMBIES),

@@ -175,7 +175,10 @@ class StreamQuery:
     def _plan(self, batch: int) -> bool:
         starts = self._starts(batch)
         ends = [min(s + self.max_per_trigger, n) for s, n in zip(starts, self.counts, strict=True)]
-        if ends == starts:
+        # A fresh query (no offset log) runs batch 0 even with no new input: Spark has no
+        # committed offsets to compare with (MicroBatchExecution.isNewDataAvailable), and
+        # that batch's planner runs the sink's recovery.
+        if ends == starts and batch > 0:
             return False
         self.w.sched.point("spark:offset-log", f"offsets/{batch} = {ends}", DRIVER)
         self.checkpoint.add_offsets(batch, ends)
