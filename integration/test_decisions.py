@@ -258,3 +258,56 @@ def test_a_zombie_driver_that_skips_a_foreachbatch_write_never_makes_the_new_run
     foreach_write(new_run, second)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     assert values == sorted(first + second)
+
+
+@pytest.mark.xfail(strict=True, reason="open defect (docs/dev/decisions.md, 'zombie drivers' fences stay open'): a "
+                   "driver presumed dead sweeps, after it resumes, the open transactions of a batch its replacement "
+                   "decided meanwhile")
+def test_a_zombie_drivers_post_commit_sweep_never_aborts_a_batch_its_replacement_decided(sink):
+    # The simulation's zombie-driver-sweep, on the real broker: the first driver stalls
+    # after committing batch 0, before its sweep of the prefix's open transactions; a new
+    # driver decides batch 1, whose second task uses an id batch 0 did not; the first
+    # driver comes back and sweeps before the new one commits.
+    zombie_stalled, zombie_go, decided, new_go = (threading.Event() for _ in range(4))
+
+    def hook(point, batch=None, **_):
+        if (point, batch) == ("driver-after-all-commits", 0):
+            zombie_stalled.set()
+            zombie_go.wait(60)
+        elif (point, batch) == ("driver-after-decision", 1):
+            decided.set()
+            new_go.wait(60)
+
+    errors = {}
+
+    def commit(name, messages):
+        try:
+            KafkaSink(sink.config, commit_timeout_s=30).commit(messages[0].write, [m.participant() for m in messages])
+        except Exception as exc:
+            errors[name] = exc
+
+    batch0 = [sink.precommitted(0, [f"b0-{i}" for i in range(20)], "q", 0)]
+    faults.install(hook)
+    try:
+        zombie = threading.Thread(target=commit, args=("zombie", batch0), daemon=True)
+        zombie.start()
+        assert zombie_stalled.wait(60)
+        # The new driver's planner: recovery finishes batch 0 (committed, not yet done).
+        stream = WriteId(Kind.STREAM, "q", -1)
+        with KafkaSink(sink.config, commit_timeout_s=30)._committer(stream) as committer:
+            committer.recover(stream)
+        batch1 = [sink.precommitted(p, [f"b1-{p}-{i}" for i in range(20)], "q", 1) for p in (0, 1)]
+        replacement = threading.Thread(target=commit, args=("new", batch1), daemon=True)
+        replacement.start()
+        assert decided.wait(60)
+        zombie_go.set()
+        zombie.join(90)
+        new_go.set()
+        replacement.join(90)
+    finally:
+        zombie_go.set()
+        new_go.set()
+        faults.install(None)
+    values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
+    expected = [f"b0-{i}" for i in range(20)] + [f"b1-{p}-{i}" for p in (0, 1) for i in range(20)]
+    assert values == sorted(expected), f"driver errors: {errors}"
