@@ -19,7 +19,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -66,7 +66,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [kafka, *storage.header_lines()]
 
 
-def _kafka_version() -> Optional[str]:
+def _kafka_version() -> str | None:
     """The embedded brokers' Kafka line (KAFKA_EOS_KAFKA_VERSION; unset or empty: the default)."""
     return os.environ.get("KAFKA_EOS_KAFKA_VERSION") or None
 
@@ -88,7 +88,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
 
 
 def _embedded(tmp_path_factory: pytest.TempPathFactory, brokers: int,
-              version: Optional[str]) -> Iterator[KafkaUnderTest]:
+              version: str | None) -> Iterator[KafkaUnderTest]:
     """Start an embedded cluster for a session fixture and stop it afterwards."""
     from kafka_eos_tools.broker.cluster import EmbeddedKafka
 
@@ -134,13 +134,13 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.Meta
 def new_topic(kafka: KafkaUnderTest) -> Callable[..., str]:
     """``new_topic(partitions=1, config=None) -> name``: a fresh topic per call."""
 
-    def make(partitions: int = 1, config: Optional[dict] = None, prefix: str = "t") -> str:
+    def make(partitions: int = 1, config: dict | None = None, prefix: str = "t") -> str:
         return create_topic(kafka.bootstrap, unique_name(prefix), partitions, kafka.replication(), config)
 
     return make
 
 
-def spark_builder(app: str = "kafka-eos-tests", jars: Optional[str] = None):
+def spark_builder(app: str = "kafka-eos-tests", jars: str | None = None):
     """A local[2] SparkSession builder sized for a 2-core machine."""
     from pyspark.sql import SparkSession
 
@@ -177,7 +177,7 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def warm_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Optional[WarmDriver]]:
+def warm_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDriver | None]:
     """The session's long-lived driver for pipeline runs that no fault can kill
     (:mod:`integration.warm_driver`), started on first use; ``KAFKA_EOS_WARM_DRIVER=0``:
     none, every run gets a driver process of its own."""

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from integration.standalone import SPARK_HOME, spark_env, tail
 from kafka_eos_tools.broker.cluster import free_port
@@ -33,12 +33,12 @@ from kafka_eos_tools.demo import processes
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
-def connect_jar() -> Optional[Path]:
+def connect_jar() -> Path | None:
     """The wheel's Spark Connect server jar, or None when this pyspark does not ship it."""
     return next(iter(sorted((SPARK_HOME / "jars").glob("spark-connect_2.13-*.jar"))), None)
 
 
-def client_missing() -> Optional[str]:
+def client_missing() -> str | None:
     """What the Spark Connect client of this pyspark lacks (pyspark[connect]), or None."""
     try:  # the module checks the client's dependencies when imported
         import pyspark.sql.connect.session  # noqa: F401
@@ -50,8 +50,8 @@ def client_missing() -> Optional[str]:
 
 
 class ConnectServer:
-    def __init__(self, workdir: Path, port: Optional[int] = None, python: str = sys.executable,
-                 extra_conf: Optional[dict] = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, python: str = sys.executable,
+                 extra_conf: dict | None = None) -> None:
         self.workdir, self.python = workdir, python
         self.port = port or free_port()
         self.extra_conf = dict(extra_conf or {})
@@ -250,7 +250,7 @@ class QueryWatch(threading.Thread):
     def __init__(self, query: Any, every: float = 2.0) -> None:
         super().__init__(daemon=True)
         self.query, self.every = query, every
-        self.failure: Optional[str] = None
+        self.failure: str | None = None
         self.stopping = threading.Event()
 
     def run(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -21,14 +21,14 @@ class Record:
     topic: str
     partition: int
     offset: int
-    key: Optional[bytes]
-    value: Optional[bytes]
-    headers: Optional[list]
+    key: bytes | None
+    value: bytes | None
+    headers: list | None
     timestamp: int
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
-                 config: Optional[dict] = None, client: Optional[dict] = None) -> str:
+                 config: dict | None = None, client: dict | None = None) -> str:
     """``client``: extra client settings (a secured cluster's admin credentials)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     fut = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
@@ -74,7 +74,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[Any], **conf: Any) -> 
 
 
 def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed",
-                client: Optional[dict] = None) -> dict[int, int]:
+                client: dict | None = None) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": unique_name("offsets"),
                          "isolation.level": isolation, "enable.auto.commit": False})
     try:
@@ -86,7 +86,7 @@ def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed",
 
 
 def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed",
-                timeout: float = 30.0, client: Optional[dict] = None) -> list[Record]:
+                timeout: float = 30.0, client: dict | None = None) -> list[Record]:
     ends = end_offsets(bootstrap, topic, isolation, client)
     consumer = Consumer({"bootstrap.servers": bootstrap, **(client or {}), "group.id": unique_name("audit"),
                          "isolation.level": isolation, "enable.auto.commit": False,

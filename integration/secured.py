@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 from integration.helpers import create_topic, unique_name
 from kafka_eos_tools.broker.cluster import EmbeddedKafka
@@ -117,7 +117,7 @@ def run_driver(pipe: Pipeline, options: dict, work: Path, sink_format: str = "ka
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 cwd=repo, env=env)
         try:
-            rc: Optional[int] = proc.wait(timeout)
+            rc: int | None = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             rc = None
         finally:

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 from integration.warm_driver import WarmDriver, runs_warm
 from kafka_eos_tools import faults
@@ -51,10 +51,10 @@ def seed(bootstrap: str, topic: str, records: int, keys: int = 16, start: int = 
 
 
 def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, prefix: str, *,
-                 fault: Optional[str] = None, sink_options: Sequence[str] = (), max_offsets: int = 150,
-                 timeout: float = 150.0, log_dir: Optional[Path] = None, sink_format: str = "kafka_eos",
-                 gate: Optional[str] = None, job_args: Sequence[str] = (),
-                 warm: Optional[WarmDriver] = None) -> Run:
+                 fault: str | None = None, sink_options: Sequence[str] = (), max_offsets: int = 150,
+                 timeout: float = 150.0, log_dir: Path | None = None, sink_format: str = "kafka_eos",
+                 gate: str | None = None, job_args: Sequence[str] = (),
+                 warm: WarmDriver | None = None) -> Run:
     """One driver run with ``availableNow`` (drain IN, then exit); killed after ``timeout``.
 
     ``gate``: the file a ``gate`` fault creates and waits on (:mod:`kafka_eos_tools.faults`);

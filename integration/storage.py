@@ -19,14 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 
 @dataclass
 class HdfsUnderTest:
     url: str  # hdfs://host:port, as fs.defaultFS
     kind: str  # "external" | "embedded"
-    webhdfs: Optional[str] = None
+    webhdfs: str | None = None
     start_seconds: float = 0.0
 
     def path(self, *parts: str) -> str:
@@ -38,8 +38,8 @@ class HdfsUnderTest:
 class S3UnderTest:
     endpoint: str
     kind: str
-    access_key: Optional[str] = field(default=None, repr=False)
-    secret_key: Optional[str] = field(default=None, repr=False)
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
     region: str = "us-east-1"
     start_seconds: float = 0.0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import posixpath
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from integration.sink_runs import FileAudit
 
@@ -146,7 +146,7 @@ def partition_values(directory: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in directory.split("/") if "=" in part)
 
 
-def newest_decision(table: Table, writer: str) -> Optional[dict]:
+def newest_decision(table: Table, writer: str) -> dict | None:
     """A writer's newest decision file (``_kafka_eos/<writer>/decisions/<n>.json``)."""
     import json
 

@@ -30,7 +30,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 from kafka_eos_tools import faults
 from kafka_eos_tools.demo import processes
@@ -40,7 +40,7 @@ START_TIMEOUT_S = 240.0
 SETTLE_TIMEOUT_S = 30.0
 
 
-def runs_warm(fault: Optional[str], job_args: Sequence[str] = ()) -> bool:
+def runs_warm(fault: str | None, job_args: Sequence[str] = ()) -> bool:
     """Whether a run may use the warm driver: none of its faults can end the driver process
     (:func:`kafka_eos_tools.faults.kills_driver`; such a run needs a driver of its own, whose
     crash takes its JVM and every Python worker with it), and it asks for no master or jars
@@ -58,12 +58,12 @@ class WarmDriver:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = Path(workdir)
-        self.proc: Optional[subprocess.Popen] = None
-        self.log_path: Optional[Path] = None
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
         self.starts = 0
         self.runs = 0
 
-    def run(self, argv: Sequence[str], fault: Optional[str], gate: Optional[str], counts: Optional[str],
+    def run(self, argv: Sequence[str], fault: str | None, gate: str | None, counts: str | None,
             timeout: float) -> tuple[int, str]:
         """Run the job with ``argv`` (what ``python -m kafka_eos_tools.demo.job`` would be
         given); returns its exit code and log. Raises :class:`TimeoutError` after
@@ -202,7 +202,7 @@ def serve() -> int:
     return 0
 
 
-def settle(spark) -> Optional[str]:
+def settle(spark) -> str | None:
     """Stop whatever the run left active, and wait until no Spark job runs (a failed
     query's cancelled tasks end shortly after it). What was left behind, or None."""
     leak = [f"query {q.id}" for q in spark.streams.active]

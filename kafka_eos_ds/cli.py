@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaEosError
 
@@ -136,7 +136,7 @@ def build_parser(groups: Sequence[CommandGroup] = COMMAND_GROUPS, prog: str = "k
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None, groups: Sequence[CommandGroup] = COMMAND_GROUPS,
+def main(argv: Sequence[str] | None = None, groups: Sequence[CommandGroup] = COMMAND_GROUPS,
          prog: str = "kafka-eos") -> int:
     args = build_parser(groups, prog).parse_args(argv)
     try:

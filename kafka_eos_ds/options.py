@@ -8,7 +8,7 @@ value fails the same way: a ConfigError naming the option, what was given, and t
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping
 
 from kafka_eos_ds.errors import ConfigError
 
@@ -25,7 +25,7 @@ class Options:
     def __contains__(self, name: str) -> bool:
         return name.lower() in self._raw
 
-    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+    def get(self, name: str, default: str | None = None) -> str | None:
         return self._raw.get(name.lower(), default)
 
     def require(self, name: str, fix: str) -> str:
@@ -34,7 +34,7 @@ class Options:
             raise ConfigError(f"Option '{name}' is required. {fix}")
         return value.strip()
 
-    def get_int(self, name: str, default: Optional[int] = None, *, minimum: Optional[int] = None) -> Optional[int]:
+    def get_int(self, name: str, default: int | None = None, *, minimum: int | None = None) -> int | None:
         value = self.get(name)
         if value is None:
             return default

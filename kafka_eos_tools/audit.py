@@ -18,7 +18,7 @@ import json
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -62,8 +62,8 @@ class AuditReport:
 class Record:
     partition: int
     offset: int
-    key: Optional[bytes]
-    id: Optional[str]
+    key: bytes | None
+    id: str | None
 
 
 def id_extractor(id_from: str = "value", separator: str = "|"):
@@ -71,7 +71,7 @@ def id_extractor(id_from: str = "value", separator: str = "|"):
     if id_from == "value":
         sep = separator.encode()
 
-        def from_value(msg) -> Optional[str]:
+        def from_value(msg) -> str | None:
             value = msg.value()
             if value is None:
                 return None
@@ -84,7 +84,7 @@ def id_extractor(id_from: str = "value", separator: str = "|"):
     if id_from.startswith("header:"):
         name = id_from.split(":", 1)[1]
 
-        def from_header(msg) -> Optional[str]:
+        def from_header(msg) -> str | None:
             for key, value in msg.headers() or []:
                 if key == name and value is not None:
                     return value.decode("utf-8", "replace")

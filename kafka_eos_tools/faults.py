@@ -26,7 +26,7 @@ import os
 import re
 import signal
 import time
-from typing import Mapping, Optional
+from typing import Mapping
 
 _SPEC = re.compile(r"^(?P<point>[a-z-]+)(@(?P<batch>\d+))?(#(?P<part>\d+))?(!(?P<attempt>\d+))?(\*(?P<nth>\d+))?"
                    r"(:(?P<action>\w+))?$")
@@ -41,7 +41,7 @@ class InjectedFault(RuntimeError):
     """Raised by a ``raise`` fault."""
 
 
-def environment(spec: str, gate: Optional[str] = None, counts: Optional[str] = None) -> dict[str, str]:
+def environment(spec: str, gate: str | None = None, counts: str | None = None) -> dict[str, str]:
     """The environment variables that inject ``spec`` into a process and its children
     (``gate``: the file a ``gate`` action creates and waits on; ``counts``: the directory
     where ``*n`` faults count their matches)."""
@@ -68,7 +68,7 @@ def _hook_environment() -> dict[str, str]:
     return {HOOK_ENV: f"{__name__}:inject"}
 
 
-def write_file(path: str, spec: Optional[str], gate: Optional[str] = None, counts: Optional[str] = None) -> None:
+def write_file(path: str, spec: str | None, gate: str | None = None, counts: str | None = None) -> None:
     """The faults of the next run of a driver started with :func:`file_environment`
     (``spec=None``: none). Written aside, then renamed: a check reads the old file or the
     new one, never half of one."""
@@ -79,7 +79,7 @@ def write_file(path: str, spec: Optional[str], gate: Optional[str] = None, count
     os.replace(aside, path)
 
 
-def kills_driver(spec: Optional[str]) -> bool:
+def kills_driver(spec: str | None) -> bool:
     """Whether a fault of ``spec`` ends the driver process: a ``driver-*`` point whose
     action is ``kill`` (the default) or ``exit``. A run with such a fault needs a driver of
     its own; any other (``raise``, ``sleep``, ``gate``, faults in tasks, whose ``kill``
@@ -118,8 +118,8 @@ def _settings() -> Mapping[str, str]:
     return _file_cache[1]
 
 
-def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] = None,
-           attempt: Optional[int] = None) -> None:
+def inject(point: str, *, batch: int | None = None, partition: int | None = None,
+           attempt: int | None = None) -> None:
     """The hook: act on every fault of ``$KAFKA_EOS_FAULT`` (or of the fault file) that
     matches this point."""
     settings = _settings()
@@ -141,7 +141,7 @@ def inject(point: str, *, batch: Optional[int] = None, partition: Optional[int] 
         _act(point, m["action"] or ("raise" if point == "commit-raise" else "kill"), settings.get(GATE_ENV))
 
 
-def _hits(item: str, directory: Optional[str]) -> int:
+def _hits(item: str, directory: str | None) -> int:
     """How many times ``item`` has matched so far in this run, this time included: counted
     in files under ``$KAFKA_EOS_FAULT_COUNTS``, because a run's matches happen in several
     processes (the driver's steps each run in a fresh Python worker)."""
@@ -159,7 +159,7 @@ def _hits(item: str, directory: Optional[str]) -> int:
             n += 1
 
 
-def _act(point: str, action: str, gate: Optional[str]) -> None:
+def _act(point: str, action: str, gate: str | None) -> None:
     if action.startswith("sleep") and action[5:].isdigit():
         time.sleep(int(action[5:]))
         return
@@ -181,7 +181,7 @@ def _act(point: str, action: str, gate: Optional[str]) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _wait_at_gate(point: str, gate: Optional[str]) -> None:
+def _wait_at_gate(point: str, gate: str | None) -> None:
     if not gate:
         raise InjectedFault(f"a gate fault at {point} needs ${GATE_ENV} (the file to wait on)")
     # Written aside, then renamed: whoever sees the gate sees its content too.
@@ -196,7 +196,7 @@ def _wait_at_gate(point: str, gate: Optional[str]) -> None:
         time.sleep(0.05)
 
 
-def _ancestor_jvm() -> Optional[int]:
+def _ancestor_jvm() -> int | None:
     pid = os.getppid()
     while pid > 1:
         try:

@@ -26,6 +26,8 @@ def test_the_wheel_holds_the_product_only(tmp_path):
                            str(source)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = tmp_path.glob("kafka_eos_ds-*.whl")
+    import kafka_eos_ds  # the one version string, which the wheel takes
+    assert wheel.name.startswith(f"kafka_eos_ds-{kafka_eos_ds.__version__}-"), wheel.name
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/", 1)[0] for name in names}
     assert {"kafka_eos_ds", "pyspark_kafka_eos.py", "pyspark_kafka_eos_file.py"} <= tops

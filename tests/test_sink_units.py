@@ -474,9 +474,11 @@ def test_an_unknown_outcome_names_what_the_coordinator_shows_and_what_to_check()
     message = txns.unknown_outcome_message(parts)
     assert "etl-0-0 ran under producer 7 epoch 3, its coordinator now shows producer 7 epoch 4, Empty" in message
     assert "etl-1-0 ran under producer 7 epoch 3, its coordinator no longer knows the id" in message
-    for named in ("kafka.transaction.timeout.ms", "transactional.id.expiration.ms", "read_committed",
-                  "checkpointLocation", "transactionalIdPrefix"):
+    for named in ("kafka.transaction.timeout.ms", "transaction.max.timeout.ms", "transactional.id.expiration.ms"):
         assert named in message
+    # What to check and how to go on: the troubleshooting section (tests/test_structure.py
+    # checks it exists), not a runbook in the message.
+    assert 'docs/troubleshooting.md, "TransactionError: Cannot tell whether batch N of query Q committed"' in message
     assert "not in the output" not in message
 
 
@@ -518,3 +520,20 @@ def test_a_negative_partition_fails_the_task_before_its_rows_are_produced(arrow)
     with pytest.raises(ConfigError, match=r"Column 'partition' holds -2 .* 0 or more, or null"):
         writer.write_all(items)
     assert writer.producer is None  # refused before a transaction was opened for the rows
+
+
+def test_a_task_s_transaction_handle_reads_back_from_its_decision_record():
+    import json
+
+    from kafka_eos_ds.sink.messages import KafkaCommitMessage, TransactionHandle
+    from kafka_eos_ds.twophase.identity import Kind, WriteId
+    from kafka_eos_ds.twophase.protocol import Participant
+
+    message = KafkaCommitMessage(WriteId(Kind.STREAM, "q", 3), 2, 1, 10, "fab", "etl:fab-2-1", 4001, 7)
+    stored = Participant.from_json(json.loads(json.dumps(message.participant().to_json())))
+    assert TransactionHandle.of(stored) == TransactionHandle(4001, 7, "fab")
+    # A task without a transaction keeps its family (its earlier attempts' ids get fenced).
+    empty = KafkaCommitMessage(WriteId(Kind.STREAM, "q", 3), 2, 1, 0, "fab")
+    assert empty.participant().records == 0 and TransactionHandle.of(empty.participant()).family == "fab"
+    with pytest.raises(KeyError):  # a handle without its producer is a corrupt record, not epoch -1
+        TransactionHandle.from_json({"family": "fab"})

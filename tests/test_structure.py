@@ -126,3 +126,29 @@ def test_the_product_command_is_the_operators_and_the_checkout_adds_the_tooling(
 
     assert commands(product.main) == {"transactions"}
     assert commands(tooling.main) == {"broker", "demo", "audit", "transactions"}
+
+
+def test_every_troubleshooting_section_an_error_names_exists():
+    """An error is one sentence naming the case and the options, then the section of
+    docs/troubleshooting.md with the causes and the way out: that section must exist."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(kafka_eos_ds.__file__).parent
+    headings = {line[3:].strip().replace("`", "")
+                for line in (root.parent / "docs" / "troubleshooting.md").read_text().splitlines()
+                if line.startswith("## ")}
+    named: dict[str, str] = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.JoinedStr):  # an f-string: its literal parts, with {} for the values
+                text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            else:
+                continue
+            for section in re.findall(r'troubleshooting\.md, "([^"]+)"', text):
+                named[section] = f"{path.relative_to(root)}:{node.lineno}"
+    assert len(named) >= 7, named  # the scan still finds the product's references
+    assert {s: where for s, where in named.items() if s not in headings} == {}

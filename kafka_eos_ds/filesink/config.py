@@ -7,7 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -46,11 +46,11 @@ class FileSinkConfig:
     root: PurePath
     file_format: str
     commit_timeout_s: float
-    checkpoint: Optional[str] = None  # a streaming query's checkpointLocation (Spark passes it)
+    checkpoint: str | None = None  # a streaming query's checkpointLocation (Spark passes it)
     storage: StorageOptions = StorageOptions()  # how to reach it (Hadoop's fs.* names)
     location: str = ""  # 'path' as the store knows it: '' (a local root) or the URI of the root
     partitioning: Partitioning = Partitioning()
-    table: Optional[TableName] = None
+    table: TableName | None = None
     success_file: bool = False
     part_size: int = 8 * _MiB  # S3: bytes of a file buffered per upload part
     _stores: dict[str, Store] = field(default_factory=dict, compare=False, repr=False)
@@ -121,7 +121,7 @@ def _root(raw: str) -> tuple[PurePath, str]:
                       f"write with atomic steps. Supported: {_SUPPORTED}.")
 
 
-def _table(opts: Options, file_format: str) -> Optional[TableName]:
+def _table(opts: Options, file_format: str) -> TableName | None:
     name = (opts.get("table") or "").strip()
     uris = tuple(u.strip() for u in (opts.get("hive.metastore.uris") or "").split(",") if u.strip())
     if not name and not uris:
@@ -155,7 +155,7 @@ def _part_size(storage: StorageOptions) -> int:
     return size
 
 
-def check_writable(layout: Layout, store: Optional[Store] = None) -> None:
+def check_writable(layout: Layout, store: Store | None = None) -> None:
     """Make sure the directory can be written (a probe file under the staging directory);
     what cannot be written is the user's 'path' error, raised before any data."""
     if store is None or store.renames and not store.url:

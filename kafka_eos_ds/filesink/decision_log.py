@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import PurePath
-from typing import Optional
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.layout import DECISIONS, IN_PROGRESS, PENDING, Layout, writer_dir
@@ -33,17 +32,17 @@ from kafka_eos_ds.twophase.protocol import DECIDED, Decision
 class FileDecisionLog:
     """The commit decisions of each writer of one sink directory, as numbered JSON files."""
 
-    def __init__(self, layout: Layout, store: Optional[Store] = None) -> None:
+    def __init__(self, layout: Layout, store: Store | None = None) -> None:
         self.layout = layout
         self.store: Store = store or LocalStore()
         self._seen: dict[str, int] = {}  # the number this step last read or wrote, per writer
 
-    def latest(self, key: str) -> Optional[Decision]:
+    def latest(self, key: str) -> Decision | None:
         number, decision = self._newest(self.layout.decisions(key))
         self._seen[key] = number
         return decision
 
-    def latest_of(self, kind: str) -> Optional[Decision]:
+    def latest_of(self, kind: str) -> Decision | None:
         # Only asked by sinks whose streams share participant ids (the file sink's stage
         # apart); answered by modification time, which only a local disk gives cheaply.
         found = [(os.stat(path / DECISIONS).st_mtime_ns, path) for path in self._writers(kind)
@@ -92,7 +91,7 @@ class FileDecisionLog:
         return [self.layout.staging / name for name in self.store.list_names(str(self.layout.staging))
                 if name.startswith(kind) and not name.startswith(".")]
 
-    def _newest(self, directory: PurePath) -> tuple[int, Optional[Decision]]:
+    def _newest(self, directory: PurePath) -> tuple[int, Decision | None]:
         """The highest number in ``directory`` and its decision (0 and None when there is none)."""
         numbers = [int(stem) for stem, _, suffix in (n.partition(".") for n in self.store.list_names(str(directory)))
                    if suffix == "json" and stem.isdigit()]

@@ -16,7 +16,7 @@ and :class:`~.participants.FileParticipants` — into a
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -72,13 +72,13 @@ class FileSink:
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
         return write_files(self.config, task, mark, items, self.schema)
 
-    def commit(self, write: WriteId, participants: Sequence[Optional[Participant]]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
         progress = None
         if write.kind is Kind.STREAM:
             progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
         self._committer().commit(write, participants, progress)
 
-    def abort(self, write: Optional[WriteId], participants: Sequence[Optional[Participant]],
+    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:
         fallback = None if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
         self._committer().abort(write, participants, fallback)

@@ -13,7 +13,7 @@ carry ``partition`` (the directory, '' unpartitioned) and ``records``. A handle 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def handle_of(files: list[StagedFile]) -> dict[str, Any]:
     return {"files": [f.to_json() for f in files]}
 
 
-def files_of(handle: Optional[Mapping[str, Any]]) -> list[StagedFile]:
+def files_of(handle: Mapping[str, Any] | None) -> list[StagedFile]:
     if not handle:
         return []
     if "files" in handle:

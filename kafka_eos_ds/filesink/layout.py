@@ -44,7 +44,6 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
-from typing import Optional
 
 from kafka_eos_ds.twophase.identity import Kind, WriteId, token
 
@@ -60,7 +59,7 @@ _UPLOAD = re.compile(r"^part-(?P<batch>\d+)-(?P<partition>\d+)-(?P<writer>[a-z][
                      r"-(?P<token>[0-9a-z]{1,32})\.")
 
 
-def query_token(query_id: Optional[str]) -> str:
+def query_token(query_id: str | None) -> str:
     """A short, file-name-safe stand-in for a query id."""
     token_ = re.sub(r"[^0-9a-z]", "", (query_id or "").lower())
     return (token_ or "none")[:8]
@@ -82,7 +81,7 @@ class FileId:
     token: str
     batch: int
     partition: int
-    attempt: Optional[int]
+    attempt: int | None
 
     def __str__(self) -> str:
         return f"{self.writer}/{self.name}"
@@ -93,12 +92,12 @@ class FileId:
         return task if self.attempt is None else f"{task}-{self.attempt}"
 
     @classmethod
-    def of(cls, write: WriteId, partition: int, attempt: Optional[int]) -> "FileId":
+    def of(cls, write: WriteId, partition: int, attempt: int | None) -> "FileId":
         own = query_token(write.app) if write.kind is Kind.STREAM else token(write.job or write.app)
         return cls(writer_dir(write.key), own, write.version, partition, attempt)
 
     @classmethod
-    def parse(cls, text: str) -> Optional["FileId"]:
+    def parse(cls, text: str) -> "FileId" | None:
         """The id a staging path (``<writer>/<name>[.k][.ext]``) stands for; None if not ours."""
         m = _ID.match(text.split(".", 1)[0])
         if m is None:
@@ -107,7 +106,7 @@ class FileId:
         return cls(m["writer"], m["token"], int(m["batch"]), int(m["partition"]), attempt)
 
     @classmethod
-    def of_upload(cls, name: str) -> Optional["FileId"]:
+    def of_upload(cls, name: str) -> "FileId" | None:
         """The task whose upload has the final name ``name`` (S3); None if not ours."""
         m = _UPLOAD.match(name)
         if m is None:
@@ -148,10 +147,10 @@ class Layout:
         """Where writer ``key``'s numbered decisions are (:mod:`.decision_log`)."""
         return self.writer(writer_dir(key)) / DECISIONS
 
-    def in_progress(self, fid: FileId, stamp: str, k: Optional[int] = None) -> PurePath:
+    def in_progress(self, fid: FileId, stamp: str, k: int | None = None) -> PurePath:
         return self.writer(fid.writer) / IN_PROGRESS / self._staged(fid, stamp, k)
 
-    def pending(self, fid: FileId, stamp: str, k: Optional[int] = None) -> PurePath:
+    def pending(self, fid: FileId, stamp: str, k: int | None = None) -> PurePath:
         return self.writer(fid.writer) / PENDING / self._staged(fid, stamp, k)
 
     def final(self, fid: FileId, directory: str = "") -> PurePath:
@@ -174,7 +173,7 @@ class Layout:
         for sub in (IN_PROGRESS, PENDING):
             Path(self.writer(writer) / sub).mkdir(parents=True, exist_ok=True)
 
-    def _staged(self, fid: FileId, stamp: str, k: Optional[int]) -> str:
+    def _staged(self, fid: FileId, stamp: str, k: int | None) -> str:
         return f"{fid.name}.{stamp}.{self.ext}" if k is None else f"{fid.name}.{stamp}.{k}.{self.ext}"
 
 

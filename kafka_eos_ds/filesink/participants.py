@@ -16,7 +16,7 @@ same id found on a re-commit is a zombie's stray, deleted.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.handles import StagedFile, files_of
@@ -30,7 +30,7 @@ from kafka_eos_ds.twophase.protocol import Outcome, Participant
 class FileParticipants:
     """Commits, fences and lists the staged files of one sink directory."""
 
-    def __init__(self, layout: Layout, store: Optional[RenameStore] = None) -> None:
+    def __init__(self, layout: Layout, store: RenameStore | None = None) -> None:
         self.layout = layout
         self.store: RenameStore = store or LocalStore()
 
@@ -45,7 +45,7 @@ class FileParticipants:
             self.fence(participant.id)
         return Outcome.COMMITTED
 
-    def _commit_file(self, participant: Participant, staged: StagedFile) -> Optional[Outcome]:
+    def _commit_file(self, participant: Participant, staged: StagedFile) -> Outcome | None:
         """COMMITTED (renamed now), None (committed before), or LOST."""
         pending, final = str(self.layout.resolve(staged.pending)), str(self.layout.resolve(staged.final))
         try:
@@ -64,7 +64,7 @@ class FileParticipants:
                                    "Another query or batch write is writing the same directory with the same "
                                    "query id; give each query its own 'path'.") from None
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
+    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
         # Pending files do not time out; one can only have been deleted (fenced by another
         # writer of the directory, or by hand).
         gone = sorted({p.id for p in participants for f in files_of(p.handle)

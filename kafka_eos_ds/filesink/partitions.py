@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from kafka_eos_ds.errors import ConfigError
 
@@ -40,7 +40,7 @@ class PartitionColumn:
 
     name: str
     source: str
-    bucket: Optional[str] = None
+    bucket: str | None = None
     hive_type: str = "string"
     instant: bool = True  # a bucketed timestamp is an instant (Spark's TIMESTAMP), not a local time
 
@@ -51,7 +51,7 @@ class Partitioning:
     time_zone: str = "UTC"
 
     @classmethod
-    def parse(cls, text: Optional[str], time_zone: Optional[str], schema: Any) -> "Partitioning":
+    def parse(cls, text: str | None, time_zone: str | None, schema: Any) -> "Partitioning":
         """Check ``partitionBy`` against the DataFrame's schema (a Spark StructType; None
         when unknown: columns are then taken as named)."""
         zone = (time_zone or "UTC").strip()
@@ -144,7 +144,7 @@ def values_of(directory: str) -> list[str]:
     return [_unescape(part.split("=", 1)[1]) for part in directory.split("/") if part]
 
 
-def _column(name: str, fn: Optional[str], source: Optional[str], types: dict[str, tuple[str, str]]) -> PartitionColumn:
+def _column(name: str, fn: str | None, source: str | None, types: dict[str, tuple[str, str]]) -> PartitionColumn:
     if fn is None:
         found = types.get(name.lower())
         if types and found is None:

@@ -20,7 +20,7 @@ batches as written, so their files must be final.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.sink.source_progress import Checkpoint
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 OPTION = "startingOffsetsFromTable"
 
 
-def batch_offsets(checkpoint: Optional[str], storage: StorageOptions, batch_id: int) -> Optional[dict[str, Any]]:
+def batch_offsets(checkpoint: str | None, storage: StorageOptions, batch_id: int) -> dict[str, Any] | None:
     """The progress batch ``batch_id`` of a stream records (None: the query's source is not
     one kafka_eos source, or its offset log cannot be read; the table then cannot be
     resumed from, which the resuming query is told)."""
@@ -52,16 +52,16 @@ class RecordedProgress:
     finishes it (no "did it start" question: streams stage apart, never replacing another
     query's decision)."""
 
-    def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
         pass
 
-    def started(self, progress: Mapping[str, Any], first: Participant) -> Optional[bool]:
+    def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
         return True
 
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         return ""
 
-    def resumes_before(self, progress: Mapping[str, Any]) -> Optional[str]:
+    def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
         return None
 
 

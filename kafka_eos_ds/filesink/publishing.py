@@ -11,7 +11,7 @@ it says the partition holds committed files, not that its time span is complete.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.handles import partitions_of
@@ -21,12 +21,12 @@ from kafka_eos_ds.twophase.protocol import Decision
 SUCCESS = "_SUCCESS"
 
 
-def metastore_of(config: FileSinkConfig) -> Optional[Metastore]:
+def metastore_of(config: FileSinkConfig) -> Metastore | None:
     table = config.table
     return Metastore(table.database, table.name, table.uris, config.uri) if table is not None else None
 
 
-def publisher(config: FileSinkConfig) -> Optional[Callable[[Decision], None]]:
+def publisher(config: FileSinkConfig) -> Callable[[Decision], None] | None:
     """The publish step of the sink's committer (None: nothing to announce)."""
     metastore = metastore_of(config)
     if metastore is None and not config.success_file:

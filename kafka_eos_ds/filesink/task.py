@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -89,7 +89,7 @@ class TaskFiles:
         self.schema = schema
         self.store = config.store()
         self.stamp = new_stamp()
-        self._files: dict[str, Union[_FileWriter, Any]] = {}  # partition directory -> its file
+        self._files: dict[str, _FileWriter | Any] = {}  # partition directory -> its file
 
     def write_all(self, items: Iterable[Any]) -> int:
         records = 0
@@ -141,7 +141,7 @@ class _FileWriter:
     moved to ``pending`` at pre-commit."""
 
     def __init__(self, file_format: str, path: PurePath, pending: PurePath,
-                 store: Optional[RenameStore] = None) -> None:
+                 store: RenameStore | None = None) -> None:
         self.store: RenameStore = store or LocalStore()
         self.path = path
         self.pending = pending

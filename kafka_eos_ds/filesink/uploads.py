@@ -24,7 +24,7 @@ from __future__ import annotations
 import posixpath
 import threading
 import uuid
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.encoding import FileEncoder
@@ -43,7 +43,7 @@ class UploadParticipants:
     def __init__(self, layout: Layout, store: S3Store) -> None:
         self.layout = layout
         self.store = store
-        self._listed: Optional[dict[FileId, list[tuple[str, str]]]] = None
+        self._listed: dict[FileId, list[tuple[str, str]]] | None = None
         self._lock = threading.Lock()
 
     def commit(self, participant: Participant) -> Outcome:
@@ -65,7 +65,7 @@ class UploadParticipants:
                                f"'{self.store.url}/{key.lstrip('/')}'. Another query or batch write is writing "
                                "this table with the same query id; give each query its own 'path'.")
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
+    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
         # Uploads do not time out (unless a bucket lifecycle rule aborts them).
         listed = {upload for uploads in self._list().values() for _, upload in uploads}
         gone = sorted({p.id for p in participants for f in files_of(p.handle) if f.upload not in listed})

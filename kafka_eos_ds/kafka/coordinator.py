@@ -21,7 +21,7 @@ import enum
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
 from kafka_eos_ds.kafka.clients import ChannelLike, CoordinatorAdminLike
@@ -111,7 +111,7 @@ class TransactionCoordinator:
         :class:`~kafka_eos_ds.kafka.kafka_python.CoordinatorChannel`).
     """
 
-    def __init__(self, conf: Mapping[str, Any], *, admin_factory: Optional[Callable[..., CoordinatorAdminLike]] = None,
+    def __init__(self, conf: Mapping[str, Any], *, admin_factory: Callable[..., CoordinatorAdminLike] | None = None,
                  channel_factory: Callable[[Any], ChannelLike] = CoordinatorChannel) -> None:
         if admin_factory is None:
             from kafka.admin import KafkaAdminClient
@@ -243,7 +243,7 @@ class TransactionCoordinator:
 
         deadline = time.monotonic() + timeout_s
         delay = 0.02
-        last: Optional[KafkaClientError] = None
+        last: KafkaClientError | None = None
         while True:
             request = InitProducerIdRequest(transactional_id=transactional_id,
                                             transaction_timeout_ms=int(transaction_timeout_ms),
@@ -267,13 +267,13 @@ class TransactionCoordinator:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def describe(self, transactional_id: str) -> Optional[TxnState]:
+    def describe(self, transactional_id: str) -> TxnState | None:
         """The coordinator's state of one id, or None if it does not know the id."""
         found = self._describe([transactional_id], transactional_id)
         desc = None if found is None else found.get(transactional_id)
         return None if desc is None else _txn_state(transactional_id, desc)
 
-    def describe_many(self, transactional_ids: Sequence[str]) -> dict[str, Optional[TxnState]]:
+    def describe_many(self, transactional_ids: Sequence[str]) -> dict[str, TxnState | None]:
         """The coordinators' states of several ids: one DescribeTransactions per coordinator
         (one per id only when some id is unknown, to tell which)."""
         ids = list(dict.fromkeys(transactional_ids))
@@ -284,7 +284,7 @@ class TransactionCoordinator:
             return {tid: self.describe(tid) for tid in ids}
         return {tid: (_txn_state(tid, found[tid]) if tid in found else None) for tid in ids}
 
-    def _describe(self, ids: list[str], shown: str) -> Optional[dict[str, Any]]:
+    def _describe(self, ids: list[str], shown: str) -> dict[str, Any] | None:
         """DescribeTransactions of ``ids``; None if the coordinator does not know one of them."""
         import kafka.errors as kerrors
 
@@ -299,7 +299,7 @@ class TransactionCoordinator:
                 self._channel.forget(tid, group=False)  # the coordinator may have moved
             raise
 
-    def list_transactions(self, id_regex: Optional[str] = None, open_only: bool = True) -> list[tuple[str, int, str]]:
+    def list_transactions(self, id_regex: str | None = None, open_only: bool = True) -> list[tuple[str, int, str]]:
         """``(transactional_id, producer_id, state)`` of every coordinator's transactions.
 
         The id filter is sent to brokers that support it (Kafka 4.1+, KIP-1152) and is

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 T = TypeVar("T")
 
@@ -77,8 +77,8 @@ class ClientSessions:
 
     @contextlib.contextmanager
     def session(self, conf: Mapping[str, Any], factory: Callable[[Mapping[str, Any]], T],
-                start: Optional[Callable[[Callable[[], T]], T]] = None,
-                on_reuse: Optional[Callable[[T], None]] = None) -> Iterator[T]:
+                start: Callable[[Callable[[], T]], T] | None = None,
+                on_reuse: Callable[[T], None] | None = None) -> Iterator[T]:
         """A client of ``factory`` for ``conf``: the one kept from an earlier step (after
         ``on_reuse(client)``; if that raises, the client is closed and replaced), or a new
         one (built through ``start(build)``, e.g. with the caller's retries). One step
@@ -113,7 +113,7 @@ class ClientSessions:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def _take(self, key: tuple[Any, str]) -> Optional[_Kept]:
+    def _take(self, key: tuple[Any, str]) -> _Kept | None:
         with self._lock:
             kept = self._kept.pop(key, None)
         if kept is None or kept.pid != os.getpid():

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, KafkaEosError, TransactionFencedError
 from kafka_eos_ds.kafka.settings import hide_values
@@ -81,8 +81,8 @@ class AuthWatch:
 
 
 @contextlib.contextmanager
-def mapping_client_errors(what: str, conf: Optional[Mapping[str, Any]] = None, *, watch: Optional[AuthWatch] = None,
-                          client: Any = None, fix: Optional[str] = None) -> Iterator[None]:
+def mapping_client_errors(what: str, conf: Mapping[str, Any] | None = None, *, watch: AuthWatch | None = None,
+                          client: Any = None, fix: str | None = None) -> Iterator[None]:
     """Run a client call (confluent-kafka or kafka-python); its error is raised as the
     project's error ``"{what}: {cause}"``, from the original.
 
@@ -100,8 +100,8 @@ def mapping_client_errors(what: str, conf: Optional[Mapping[str, Any]] = None, *
         raise mapped from exc
 
 
-def client_error(what: str, error: Any, conf: Optional[Mapping[str, Any]] = None, *,
-                 watch: Optional[AuthWatch] = None, client: Any = None, fix: Optional[str] = None) -> BaseException:
+def client_error(what: str, error: Any, conf: Mapping[str, Any] | None = None, *,
+                 watch: AuthWatch | None = None, client: Any = None, fix: str | None = None) -> BaseException:
     """The project's error for ``error``: a client library's exception, or a librdkafka
     error handed over as a value (a ``confluent_kafka.KafkaError``). A project error, and
     an exception that is not a client error, is returned as it is. The arguments are
@@ -114,8 +114,8 @@ def client_error(what: str, error: Any, conf: Optional[Mapping[str, Any]] = None
     return _mapped(what, exc, conf or {}, watch, client, fix) or exc
 
 
-def producer_error(err: Any, conf: Mapping[str, Any], *, topic: Optional[str] = None, undelivered: int = 0,
-                   txn_failure: Optional[str] = None, watch: Optional[AuthWatch] = None,
+def producer_error(err: Any, conf: Mapping[str, Any], *, topic: str | None = None, undelivered: int = 0,
+                   txn_failure: str | None = None, watch: AuthWatch | None = None,
                    client: Any = None) -> BaseException:
     """The project's error for ``err`` (a ``confluent_kafka.KafkaError``) met by a task's
     producer (settings ``conf``): raised by one of its calls (on ``topic`` if a record's),
@@ -151,8 +151,8 @@ def producer_error(err: Any, conf: Mapping[str, Any], *, topic: Optional[str] = 
     return client_error(what, err, conf, watch=watch, client=client)
 
 
-def _mapped(what: str, exc: Exception, conf: Mapping[str, Any], watch: Optional[AuthWatch], client: Any,
-            fix: Optional[str]) -> Optional[KafkaEosError]:
+def _mapped(what: str, exc: Exception, conf: Mapping[str, Any], watch: AuthWatch | None, client: Any,
+            fix: str | None) -> KafkaEosError | None:
     from confluent_kafka import KafkaError, KafkaException
 
     librdkafka = isinstance(exc, KafkaException)
@@ -190,7 +190,7 @@ def _serve_callbacks(client: Any) -> None:
 # -- librdkafka (confluent_kafka.KafkaError) ------------------------------------------------
 
 
-def _librdkafka_kind(err: Any) -> Optional[str]:
+def _librdkafka_kind(err: Any) -> str | None:
     """'authentication', 'authorization', 'tls' or None for a confluent KafkaError."""
     from confluent_kafka import KafkaError
 
@@ -225,7 +225,7 @@ def _is_kafka_python_error(exc: BaseException) -> bool:
     return isinstance(exc, (kerrors.KafkaError, OSError))
 
 
-def _kafka_python_kind(exc: BaseException) -> Optional[str]:
+def _kafka_python_kind(exc: BaseException) -> str | None:
     import kafka.errors as kerrors
 
     if isinstance(exc, ssl.SSLError):

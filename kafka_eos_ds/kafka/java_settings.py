@@ -11,7 +11,7 @@ settings").
 from __future__ import annotations
 
 import re
-from typing import Mapping, Optional
+from typing import Mapping
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.kafka.tls import pkcs12_certificates
@@ -111,7 +111,7 @@ def _put(out: dict[str, str], key: str, value: str, given: str) -> None:
     out[existing or key] = value
 
 
-def _pop(out: dict[str, str], key: str) -> Optional[str]:
+def _pop(out: dict[str, str], key: str) -> str | None:
     for k in list(out):
         if k.lower() == key:
             return out.pop(k)
@@ -162,7 +162,7 @@ def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
     return entry.group("module").rsplit(".", 1)[-1], options
 
 
-def _jaas(out: dict[str, str], text: str, handler: Optional[str]) -> None:
+def _jaas(out: dict[str, str], text: str, handler: str | None) -> None:
     module, options = parse_jaas(text)
     mechanism = out.get("sasl.mechanisms")
     expected = {"PlainLoginModule": ("PLAIN",), "ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
@@ -206,7 +206,7 @@ def _set_login(out: dict[str, str], mapping: dict[str, str], options: dict[str, 
         _put(out, mapping[name], value, "sasl.jaas.config")
 
 
-def _oauthbearer(out: dict[str, str], options: dict[str, str], handler: Optional[str]) -> None:
+def _oauthbearer(out: dict[str, str], options: dict[str, str], handler: str | None) -> None:
     out.setdefault("sasl.mechanisms", "OAUTHBEARER")
     if handler is not None and not handler.strip().endswith(_OIDC_HANDLER):
         raise ConfigError(f"Kafka option 'kafka.sasl.login.callback.handler.class' {handler.strip()!r}: Java "
@@ -249,7 +249,7 @@ def _oauthbearer(out: dict[str, str], options: dict[str, str], handler: Optional
 # -- trust store and key store -------------------------------------------------------------
 
 
-def _store_kind(key: str, location: str, declared: Optional[str]) -> str:
+def _store_kind(key: str, location: str, declared: str | None) -> str:
     """PEM, PKCS12 or JKS: from the file's first bytes (Java's own default is JKS)."""
     try:
         with open(location, "rb") as f:

@@ -25,7 +25,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.settings import connection_settings
@@ -183,14 +183,14 @@ def _ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext:
     return ctx
 
 
-def _read(path: Optional[str]) -> Optional[str]:
+def _read(path: str | None) -> str | None:
     if not path:
         return None
     with open(path) as f:
         return f.read()
 
 
-def _load_chain(ctx: ssl.SSLContext, cert: Optional[str], key: Optional[str], password: Optional[str]) -> None:
+def _load_chain(ctx: ssl.SSLContext, cert: str | None, key: str | None, password: str | None) -> None:
     if not cert or (not key and "PRIVATE KEY-----" not in cert):
         raise ConfigError("A client certificate needs both its certificate and its key (kafka.ssl.keystore.key "
                           "and kafka.ssl.keystore.certificate.chain, or ssl.key.pem and ssl.certificate.pem).")
@@ -228,12 +228,12 @@ class ClientCredentialsTokenProvider:
     makes, a client credentials grant with HTTP basic authentication; the token is kept
     until shortly before it expires."""
 
-    def __init__(self, url: str, client_id: str, client_secret: str, scope: Optional[str] = None,
-                 extensions: Optional[str] = None) -> None:
+    def __init__(self, url: str, client_id: str, client_secret: str, scope: str | None = None,
+                 extensions: str | None = None) -> None:
         self._url, self._scope = url, scope
         self._auth = base64.b64encode(f"{client_id}:{client_secret}".encode()).decode()
         self._extensions = dict(p.split("=", 1) for p in (extensions or "").split(",") if "=" in p)
-        self._token: Optional[str] = None
+        self._token: str | None = None
         self._expires = 0.0
 
     def __repr__(self) -> str:

@@ -9,17 +9,16 @@ in the environment, never on the command line.
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from kafka_eos_ds.errors import ConfigError
 
 
-def pkcs12_certificates(location: str, password: Optional[str]) -> str:
+def pkcs12_certificates(location: str, password: str | None) -> str:
     """The certificates of a PKCS#12 trust store as PEM text."""
     return pkcs12_to_pem(location, password, "kafka.ssl.truststore", keys=False)
 
 
-def pkcs12_key_and_chain(location: str, password: Optional[str]) -> str:
+def pkcs12_key_and_chain(location: str, password: str | None) -> str:
     """A PKCS#12 key store's private key and certificate chain as PEM text (the key
     unencrypted: the caller keeps it in memory or in a 0600 file)."""
     pem = pkcs12_to_pem(location, password, "kafka.ssl.keystore", keys=True)
@@ -28,7 +27,7 @@ def pkcs12_key_and_chain(location: str, password: Optional[str]) -> str:
     return pem
 
 
-def pkcs12_to_pem(location: str, password: Optional[str], option: str, *, keys: bool) -> str:
+def pkcs12_to_pem(location: str, password: str | None, option: str, *, keys: bool) -> str:
     """A PKCS#12 file as PEM text: its certificates, and with ``keys`` its private key."""
     import shutil
     import subprocess

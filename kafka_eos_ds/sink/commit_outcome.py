@@ -31,8 +31,6 @@ an abort. None of them proves an abort, so none is LOST: UNKNOWN fails the step 
 
 from __future__ import annotations
 
-from typing import Optional
-
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
 from kafka_eos_ds.kafka.coordinator import TxnState, TxnStatus
@@ -42,7 +40,7 @@ ASK_COORDINATOR = frozenset({c.INVALID_PRODUCER_EPOCH, c.PRODUCER_FENCED, c.INVA
                              c.INVALID_PRODUCER_ID_MAPPING})
 
 
-def classify_end_txn(code: int) -> Optional[Outcome]:
+def classify_end_txn(code: int) -> Outcome | None:
     """The outcome an EndTxn error code proves, or None when only a describe can tell."""
     if code == c.NONE:
         return Outcome.COMMITTED
@@ -59,7 +57,7 @@ def classify_end_txn(code: int) -> Optional[Outcome]:
 _ABORTED = (TxnStatus.PREPARE_ABORT, TxnStatus.COMPLETE_ABORT, TxnStatus.PREPARE_EPOCH_FENCE)
 
 
-def classify_described(state: Optional[TxnState], producer_id: int, epoch: int) -> Outcome:
+def classify_described(state: TxnState | None, producer_id: int, epoch: int) -> Outcome:
     """The outcome of a transaction from the coordinator's current view of its id."""
     if state is None or state.producer_id != producer_id:
         return Outcome.UNKNOWN  # expired, or re-created since: after a commit as after an abort

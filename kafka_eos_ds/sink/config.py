@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
@@ -64,14 +64,14 @@ class Columns:
 @dataclass(frozen=True)
 class SinkConfig:
     producer: Mapping[str, str]  # a ClientParams: printed without its secrets
-    topic: Optional[str]
+    topic: str | None
     guarantee: Guarantee
-    prefix: Optional[str]
+    prefix: str | None
     commit_log_topic: str
     transaction_timeout_ms: int
     columns: Columns
-    source_group_id: Optional[str] = None
-    checkpoint: Optional[str] = None
+    source_group_id: str | None = None
+    checkpoint: str | None = None
     idempotent: bool = True
     storage: StorageOptions = StorageOptions()  # how to read the checkpoint (Hadoop's fs.* names)
 
@@ -162,7 +162,7 @@ def _headers_ok(dtype: DataType) -> bool:
             and isinstance(fields["value"], BinaryType))
 
 
-def check_columns(schema: StructType, topic_option: Optional[str]) -> Columns:
+def check_columns(schema: StructType, topic_option: str | None) -> Columns:
     """Positions of value/key/topic/partition/headers; ConfigError naming a wrong one."""
     index = {f.name.lower(): i for i, f in enumerate(schema.fields)}
     types = {f.name.lower(): f.dataType for f in schema.fields}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
@@ -81,16 +81,16 @@ class KafkaDecisionLog:
     """
 
     def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "",
-                 clients: Optional["LogClients"] = None) -> None:
+                 clients: "LogClients" | None = None) -> None:
         self._conf = dict(conf)  # client_config keeps what the commit-log clients need
         self.topic = topic
         self.prefix = prefix
         self.writer = writer
         self._clients = clients or LogClients()
         self._producer: Any = None
-        self._readers: Optional[tuple[ConsumerLike, ConsumerLike]] = None
-        self._partitions: Optional[int] = None
-        self._partition: Optional[int] = None  # where this prefix's decisions are, once looked up
+        self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
+        self._partitions: int | None = None
+        self._partition: int | None = None  # where this prefix's decisions are, once looked up
 
     # -- topic --------------------------------------------------------------
 
@@ -163,7 +163,7 @@ class KafkaDecisionLog:
     def forget(self, key: str) -> None:
         self._produce(key, None, None)
 
-    def _produce(self, key: str, value: Optional[bytes], batch: Optional[int]) -> None:
+    def _produce(self, key: str, value: bytes | None, batch: int | None) -> None:
         from confluent_kafka import KafkaException
 
         partition = self._locate()
@@ -194,23 +194,23 @@ class KafkaDecisionLog:
 
     # -- read ---------------------------------------------------------------
 
-    def latest(self, key: str) -> Optional[Decision]:
+    def latest(self, key: str) -> Decision | None:
         wanted = self._record_key(key)
         # A tombstone of the key ends the search: the writer was forgotten.
         found = self._search(lambda k, d: k == wanted or (k == self._legacy and _legacy_of(key, d)))
         return found[1] if found else None
 
-    def latest_of(self, kind: str) -> Optional[Decision]:
+    def latest_of(self, kind: str) -> Decision | None:
         head = self._record_key(kind + ":")
         found = self._search(lambda k, d: d is not None and (k.startswith(head) or (k == self._legacy and kind == "q")))
         return found[1] if found else None
 
     def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
         head = self._record_key(kind + ":")
-        seen: dict[bytes, Optional[Decision]] = {}
+        seen: dict[bytes, Decision | None] = {}
         horizon_ms = (time.time() - JOB_HORIZON_S) * 1000
 
-        def collect(record_key: bytes, decision: Optional[Decision]) -> bool:
+        def collect(record_key: bytes, decision: Decision | None) -> bool:
             if record_key.startswith(head):
                 seen.setdefault(record_key, decision)  # the first seen (backwards) is the latest
             return False
@@ -231,8 +231,8 @@ class KafkaDecisionLog:
         assert self._partition is not None
         return self._partition
 
-    def _search(self, want: Callable[[bytes, Optional[Decision]], bool], *, since_ms: Optional[float] = None,
-                pin_only: bool = False) -> Optional[tuple[bytes, Optional[Decision]]]:
+    def _search(self, want: Callable[[bytes, Decision | None], bool], *, since_ms: float | None = None,
+                pin_only: bool = False) -> tuple[bytes, Decision | None] | None:
         """The latest record of this prefix that ``want(record_key, decision)`` accepts
         (``decision`` None: a tombstone, the writer forgotten), reading backwards, and no
         further back than ``since_ms`` if given:
@@ -376,7 +376,7 @@ class LogClients:
         return Consumer(dict(conf))
 
 
-def _legacy_of(key: str, decision: Optional[Decision]) -> bool:
+def _legacy_of(key: str, decision: Decision | None) -> bool:
     """Whether a record keyed by the bare prefix (a stream's, written before keys named the
     writer) is ``key``'s."""
     return decision is not None and key == f"q:{decision.query_id}"

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -93,14 +93,14 @@ class KafkaSink:
 
     # -- driver -------------------------------------------------------------------
 
-    def commit(self, write: WriteId, participants: Sequence[Optional[Participant]]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
         if not self.config.exactly_once:
             return
         progress = self._progress(write)
         with self._committer(write) as committer:
             committer.commit(write, participants, progress)
 
-    def abort(self, write: Optional[WriteId], participants: Sequence[Optional[Participant]],
+    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:
         if not self.config.exactly_once:
             return
@@ -112,7 +112,7 @@ class KafkaSink:
 
     # -- steps --------------------------------------------------------------------
 
-    def _checkpoint(self) -> Optional[Checkpoint]:
+    def _checkpoint(self) -> Checkpoint | None:
         """The query's checkpoint; None (said once, in a warning) where its scheme cannot be
         read from Python: the checks that need it are then off (a second query on the
         prefix, a lost commit log)."""
@@ -123,7 +123,7 @@ class KafkaSink:
                         "'transactionalIdPrefix', nor notice a lost commit log.", exc)
             return None
 
-    def _stream_query(self, checkpoint: Optional[Checkpoint]) -> Optional[str]:
+    def _stream_query(self, checkpoint: Checkpoint | None) -> str | None:
         """The streaming query's id from its checkpoint (None where it cannot be read)."""
         return self._retry(checkpoint.query_id, "Could not read the checkpoint") if checkpoint is not None else None
 
@@ -171,7 +171,7 @@ class KafkaSink:
     def _retry(self, call: Any, failure: str) -> Any:
         return retrying(call, failure, self.commit_timeout_s, then=_SETUP)
 
-    def _progress(self, write: WriteId) -> Optional[dict[str, Any]]:
+    def _progress(self, write: WriteId) -> dict[str, Any] | None:
         group = self.config.source_group_id
         if group is None or write.kind is not Kind.STREAM:
             return None

@@ -1,9 +1,10 @@
-"""What a sink task reports to the driver: :class:`KafkaCommitMessage`."""
+"""What a sink task reports to the driver: :class:`KafkaCommitMessage`, and the
+participant handle it becomes in a decision: :class:`TransactionHandle`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -25,11 +26,34 @@ class KafkaCommitMessage(WriterCommitMessage):
     attempt: int
     records: int
     family: str = ""
-    transactional_id: Optional[str] = None
+    transactional_id: str | None = None
     producer_id: int = -1
     epoch: int = -1
 
     def participant(self) -> Participant:
         return Participant(self.transactional_id or "", self.partition, self.attempt,
                            self.records if self.transactional_id else 0,
-                           {"producer_id": self.producer_id, "epoch": self.epoch, "family": self.family})
+                           TransactionHandle(self.producer_id, self.epoch, self.family).to_json())
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """What the driver needs to commit a task's transaction from another process: the
+    producer id and epoch it ran under (-1 without one), and the family of ids its task's
+    attempts use. A decision stores it as the participant's JSON ``handle``; this is the
+    one place that reads it back."""
+
+    producer_id: int
+    epoch: int
+    family: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"producer_id": self.producer_id, "epoch": self.epoch, "family": self.family}
+
+    @classmethod
+    def of(cls, participant: Participant) -> TransactionHandle:
+        return cls.from_json(participant.handle)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TransactionHandle:
+        return cls(int(data["producer_id"]), int(data["epoch"]), str(data.get("family", "")))

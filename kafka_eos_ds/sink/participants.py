@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S
+from kafka_eos_ds.sink.messages import TransactionHandle
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Outcome, Participant
 
@@ -45,7 +46,7 @@ class KafkaTransactions:
         self.coordinator = coordinator
         self.prefix = prefix
         self.transaction_timeout_ms = transaction_timeout_ms
-        self._untold: dict[str, Optional[TxnState]] = {}  # what the coordinator showed, per unknown outcome
+        self._untold: dict[str, TxnState | None] = {}  # what the coordinator showed, per unknown outcome
 
     def commit(self, participant: Participant) -> Outcome:
         pid, epoch = _producer(participant)
@@ -59,7 +60,7 @@ class KafkaTransactions:
                             participant.id, pid, epoch, _shown(state))
         return outcome
 
-    def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
         group, offsets = str(progress["group"]), progress["offsets"]
         if participant is None:
             self.coordinator.commit_offsets(group, offsets)
@@ -70,7 +71,7 @@ class KafkaTransactions:
         if _in_state(self.coordinator.describe(participant.id), TxnStatus.ONGOING, pid, epoch):
             self.coordinator.send_offsets(participant.id, pid, epoch, group, offsets)
 
-    def started(self, progress: Mapping[str, Any], first: Participant) -> Optional[bool]:
+    def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
         pid, epoch = _producer(first)
         state = self.coordinator.describe(first.id)
         if state is not None and (state.producer_id, state.producer_epoch) == (pid, epoch):
@@ -80,29 +81,23 @@ class KafkaTransactions:
         # a commit): the group's offsets, which rode in the transaction, tell.
         return source_progress.compare(progress["offsets"], self.coordinator.group_offsets(str(progress["group"])))
 
-    def resumes_before(self, progress: Mapping[str, Any]) -> Optional[str]:
+    def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
         group, offsets = str(progress["group"]), progress["offsets"]
         held = self.coordinator.group_offsets(group)
         if any(str(part) in held.get(topic, {}) for topic, parts in offsets.items() for part in parts):
             return None
         return (f"the consumer group '{group}' (option 'sourceGroupId') holds no offsets for the input, while the "
-                f"output ends at batch {{batch}}'s end offsets {dict(offsets)}: the group's offsets expired "
-                "(offsets.retention.minutes) or were deleted, and a query starting from the group reads the input "
-                f"again from its start. Set the group's offsets to those end offsets (kafka-consumer-groups --group "
-                f"{group} --reset-offsets --to-offset ... --execute, per partition), delete this query's new "
-                "checkpoint, and restart.")
+                f"output ends at batch {{batch}}'s end offsets {dict(offsets)} "
+                "(docs/troubleshooting.md, \"A new query cannot start where the output ends\").")
 
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         group = progress["group"]
-        return (f"the coordinator no longer knows its first transaction {first.id} as it ran (expired after "
-                f"the broker's transactional.id.expiration.ms, or re-used), and the consumer group '{group}' "
-                f"(option 'sourceGroupId') holds neither the batch's end offsets {dict(progress['offsets'])} nor "
-                "offsets before them. Recovery does not guess: finishing the batch could duplicate its output, "
-                "abandoning it could lose it. Look in the output for the batch's records, then set the group's "
-                f"offsets (kafka-consumer-groups --group {group} --reset-offsets --to-offset ... --execute) to "
-                "the batch's end offsets if they are there, or to its start offsets if not, and restart.")
+        return (f"the coordinator no longer knows its first transaction {first.id} as it ran, and the consumer "
+                f"group '{group}' (option 'sourceGroupId') holds neither the batch's end offsets "
+                f"{dict(progress['offsets'])} nor offsets before them (docs/troubleshooting.md, "
+                "\"Cannot tell whether a lost checkpoint's last batch had started to commit\").")
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
+    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
         # One DescribeTransactions per coordinator. The time left is counted on the
         # broker's clock (the transaction's start) against ours: clock skew between the
         # driver and the brokers eats into the margin.
@@ -118,29 +113,20 @@ class KafkaTransactions:
         if not problems:
             return None
         return (f"{len(problems)} of its {len(participants)} transaction(s) can no longer be committed "
-                f"({'; '.join(problems)}). A transaction the broker aborts after its timeout is the usual "
-                "cause: the sink option 'kafka.transaction.timeout.ms' (now "
-                f"{self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms') must "
-                "cover a batch's write plus its commit; for a long first batch (a backfill from 'earliest'), "
-                "bound the batch with the source option 'maxOffsetsPerTrigger'. Another writer on the same "
-                "transactional id (a zombie task, a second query with the same 'transactionalIdPrefix') is "
-                "the other.")
+                f"({'; '.join(problems)}); usually the broker aborted them for their timeout, and the sink option "
+                f"'kafka.transaction.timeout.ms' (now {self.transaction_timeout_ms} ms, at most the broker's "
+                "'transaction.max.timeout.ms') must cover a batch's write and commit, or 'maxOffsetsPerTrigger' "
+                "bound the batch (docs/troubleshooting.md, "
+                "\"Batch N was not committed: transactions can no longer be committed\").")
 
     def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
         seen = "; ".join(f"{p.id} ran under producer {_producer(p)[0]} epoch {_producer(p)[1]}, "
                          f"{_shown(self._untold.get(p.id))}" for p in participants)
-        return (f"{seen}. The coordinator keeps only an id's latest state, and this one fits either story: the "
-                "transaction was aborted before its commit (the broker's transaction timeout, sink option "
-                f"'kafka.transaction.timeout.ms', now {self.transaction_timeout_ms} ms, at most the broker's "
-                "'transaction.max.timeout.ms'; or another writer of the id, a zombie task or a second query with "
-                "the same 'transactionalIdPrefix'), or it committed and the id was initialised again or expired "
-                "since (the broker's 'transactional.id.expiration.ms'). Recovery does not guess: taking it as "
-                "committed could lose records, re-running the batch could duplicate them; every restart stops "
-                "here. Check the output with a read_committed consumer for the batch's records (batch N's input "
-                "runs from the end offsets in <checkpoint>/offsets/<N-1> to those in offsets/<N>). If they are "
-                "all there, start a new query (new 'checkpointLocation' and new "
-                "'transactionalIdPrefix') from the batch's end offsets; if some are missing, from its start "
-                "(the records of its committed transactions are then written a second time).")
+        return (f"{seen}; each fits an abort (the broker's timeout, sink option 'kafka.transaction.timeout.ms', "
+                f"now {self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms'; or another "
+                "writer of the id) as well as a commit after which the id was initialised again or expired "
+                "('transactional.id.expiration.ms'), so every restart stops here until the output is checked "
+                "(docs/troubleshooting.md, \"TransactionError: Cannot tell whether batch N of query Q committed\").")
 
     def fence(self, participant_id: str) -> None:
         self.coordinator.fence(participant_id, self.transaction_timeout_ms)
@@ -149,7 +135,7 @@ class KafkaTransactions:
         # Also for a participant without a transaction of its own (no rows): the
         # earlier attempts of its task may still hold theirs open.
         parsed = transactional_ids.parse(self.prefix, participant.id) if participant.id else None
-        family = parsed.family if parsed is not None else str(participant.handle.get("family", ""))
+        family = parsed.family if parsed is not None else TransactionHandle.of(participant).family
         return transactional_ids.lower_attempts(self.prefix, participant.partition, participant.attempt, family)
 
     def open_ids(self, write: WriteId) -> Sequence[str]:
@@ -163,14 +149,11 @@ class KafkaTransactions:
                 if state == TxnStatus.ONGOING and transactional_ids.in_families(self.prefix, tid, families)]
 
     def lost_message(self, participants: Sequence[Participant]) -> str:
-        return ("The usual cause is the transaction timeout: the broker aborts a transaction open longer than "
-                f"the producer's transaction.timeout.ms (now {self.transaction_timeout_ms} ms). Raise the sink "
-                "option 'kafka.transaction.timeout.ms' (at most the broker's 'transaction.max.timeout.ms') so "
-                "it covers a batch's write plus the driver's commit. Restarting the query fails the same way: "
-                "the lost records are gone and the batch's other transactions are visible. To go on, stop the "
-                "query and start a new one with a new 'checkpointLocation' and a new 'transactionalIdPrefix' that "
-                "reads from the batch's start (its previous batch's end offsets in <checkpoint>/offsets/); the "
-                "records of the batch's committed transactions are then written a second time.")
+        return ("Usually the broker's timeout aborted them: the sink option 'kafka.transaction.timeout.ms' (now "
+                f"{self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms') must cover a "
+                "batch's write and commit, and every restart fails the same way until the batch's input is "
+                "processed again (docs/troubleshooting.md, "
+                "\"TransactionLostError: Batch N of query Q was decided but … were aborted\").")
 
 
 def _warn_last_epoch(participants: Sequence[Participant]) -> None:
@@ -191,7 +174,7 @@ def _warn_last_epoch(participants: Sequence[Participant]) -> None:
                         p.id, epoch, pid)
 
 
-def _shown(state: Optional[TxnState]) -> str:
+def _shown(state: TxnState | None) -> str:
     if state is None:
         return "its coordinator no longer knows the id"
     return f"its coordinator now shows producer {state.producer_id} epoch {state.producer_epoch}, {state.state}"
@@ -199,10 +182,11 @@ def _shown(state: Optional[TxnState]) -> str:
 
 def _producer(participant: Participant) -> tuple[int, int]:
     """The producer id and epoch the task's transaction ran under."""
-    return int(participant.handle["producer_id"]), int(participant.handle["epoch"])
+    handle = TransactionHandle.of(participant)
+    return handle.producer_id, handle.epoch
 
 
-def _unfit(participant: Participant, state: Optional[TxnState], needed_ms: float, now_ms: float) -> Optional[str]:
+def _unfit(participant: Participant, state: TxnState | None, needed_ms: float, now_ms: float) -> str | None:
     """Why ``participant`` cannot be committed now, or None."""
     pid, epoch = _producer(participant)
     if state is None:
@@ -220,7 +204,7 @@ def _unfit(participant: Participant, state: Optional[TxnState], needed_ms: float
     return None
 
 
-def _in_state(state: Optional[TxnState], status: TxnStatus, producer_id: int, epoch: int) -> bool:
+def _in_state(state: TxnState | None, status: TxnStatus, producer_id: int, epoch: int) -> bool:
     """Whether the coordinator holds *our* transaction (same producer id and epoch) in ``status``."""
     return (state is not None and state.state == status
             and (state.producer_id, state.producer_epoch) == (producer_id, epoch))

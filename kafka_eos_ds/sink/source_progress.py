@@ -19,7 +19,7 @@ one (``{"topic": {"partition": offset}}``).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.storage import StorageOptions, Store, locate
@@ -36,7 +36,7 @@ class Checkpoint:
         self._path = path.rstrip("/") or "/"
 
     @classmethod
-    def at(cls, location: Optional[str], options: Optional[StorageOptions] = None) -> "Checkpoint":
+    def at(cls, location: str | None, options: StorageOptions | None = None) -> "Checkpoint":
         """The checkpoint at ``location`` (ConfigError when there is none, or its scheme
         cannot be read)."""
         if not location:
@@ -47,7 +47,7 @@ class Checkpoint:
     def _file(self, *parts: str) -> str:
         return "/".join([self._path, *parts]) if self._path != "/" else "/" + "/".join(parts)
 
-    def query_id(self) -> Optional[str]:
+    def query_id(self) -> str | None:
         """The query id Spark stored in ``metadata`` (None before it exists)."""
         try:
             return str(json.loads(self._store.read_text(self._file("metadata")).splitlines()[0])["id"])
@@ -90,7 +90,7 @@ def _kafka_offsets(text: str, batch_id: int) -> dict[str, dict[str, int]]:
     return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
 
 
-def compare(progress: Mapping[str, Mapping[str, int]], group: Mapping[str, Mapping[str, int]]) -> Optional[bool]:
+def compare(progress: Mapping[str, Mapping[str, int]], group: Mapping[str, Mapping[str, int]]) -> bool | None:
     """Where the group's committed offsets stand against a batch's end offsets ``progress``.
 
     True: exactly there (the batch's first transaction, which carried them, committed).

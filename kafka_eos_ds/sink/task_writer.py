@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from itertools import islice, repeat
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.errors import AuthWatch, producer_error
@@ -35,13 +35,13 @@ class _Delivery:
     """Counts failed delivery reports (only errors are reported: delivery.report.only.error)."""
 
     def __init__(self) -> None:
-        self.errors: list[tuple[Any, Optional[str]]] = []
+        self.errors: list[tuple[Any, str | None]] = []
 
     def __call__(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.errors.append((err, msg.topic() if msg is not None else None))
 
-    def first(self) -> tuple[Any, Optional[str]]:
+    def first(self) -> tuple[Any, str | None]:
         """The error that explains the others: when a transactional producer fails (a
         topic it may not write to, say), librdkafka purges its queue and reports the
         purged records too, often before the record that carries the cause."""
@@ -58,7 +58,7 @@ class _TxnLog:
     this line is the cause."""
 
     def __init__(self) -> None:
-        self.failure: Optional[str] = None
+        self.failure: str | None = None
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
         LIBRDKAFKA_LOGGER.log(level, fmt, *args)
@@ -70,7 +70,7 @@ class _Stats:
     """Catches the producer id and epoch from librdkafka's statistics callback."""
 
     def __init__(self) -> None:
-        self.pid_epoch: Optional[tuple[int, int]] = None
+        self.pid_epoch: tuple[int, int] | None = None
         self.ready = threading.Event()
 
     def __call__(self, stats_json: str) -> None:
@@ -106,7 +106,7 @@ class _PartitionWriter:
         self.txn_log = _TxnLog()
         self.stats = _Stats()
         self.records = 0
-        self.pid_epoch: Optional[tuple[int, int]] = None
+        self.pid_epoch: tuple[int, int] | None = None
 
     # -- life cycle ---------------------------------------------------------
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.twophase.identity import matches
@@ -59,7 +58,7 @@ def build(prefix: str, partition: int, attempt: int, family: str = "") -> str:
     return str(TransactionalId(prefix, family, int(partition), int(attempt)))
 
 
-def parse(prefix: str, transactional_id: str) -> Optional[TransactionalId]:
+def parse(prefix: str, transactional_id: str) -> TransactionalId | None:
     """The parts of ``transactional_id`` if it belongs to ``prefix``, else None.
 
     An id of another sink whose prefix merely starts with ours (``orders-etl-2`` vs

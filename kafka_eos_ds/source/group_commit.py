@@ -11,7 +11,6 @@ a group that other, active consumers use rejects it — give the query its own g
 from __future__ import annotations
 
 import logging
-from typing import Optional
 
 from kafka_eos_ds.kafka.clients import ConsumerLike
 from kafka_eos_ds.source.offsets import Offsets
@@ -24,7 +23,7 @@ class GroupOffsetCommitter:
 
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
-        self.last_error: Optional[str] = None
+        self.last_error: str | None = None
 
     def commit(self, consumer: ConsumerLike, offsets: Offsets) -> bool:
         from confluent_kafka import TopicPartition

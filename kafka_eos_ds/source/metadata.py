@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike
@@ -36,12 +36,12 @@ class KafkaMetadata:
     (``Consumer``); unit tests pass fakes.
     """
 
-    def __init__(self, options: SourceOptions, *, admin_factory: Optional[Callable[[dict[str, Any]], AdminLike]] = None,
-                 consumer_factory: Optional[Callable[[dict[str, Any]], ConsumerLike]] = None) -> None:
+    def __init__(self, options: SourceOptions, *, admin_factory: Callable[[dict[str, Any]], AdminLike] | None = None,
+                 consumer_factory: Callable[[dict[str, Any]], ConsumerLike] | None = None) -> None:
         self._options = options
         self._admin_factory, self._consumer_factory = admin_factory, consumer_factory
-        self._admin: Optional[AdminLike] = None
-        self._consumer: Optional[ConsumerLike] = None
+        self._admin: AdminLike | None = None
+        self._consumer: ConsumerLike | None = None
         self._admin_conf: dict[str, Any] = {}
         self._consumer_conf: dict[str, Any] = {}
         # Each client's error callback: the authentication or TLS error behind a failed call.
@@ -111,14 +111,14 @@ class KafkaMetadata:
 
         return self._list_offsets({tp: OffsetSpec.latest() for tp in tps})
 
-    def for_times(self, stamps: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey, Optional[int]]:
+    def for_times(self, stamps: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
         """First offset with timestamp >= the given one; None where there is none."""
         from confluent_kafka.admin import OffsetSpec
 
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in stamps.items()})
         return {tp: (off if off >= 0 else None) for tp, off in found.items()}
 
-    def committed(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, Optional[int]]:
+    def committed(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
         """The source's consumer group's committed offsets; None where it has none."""
         from confluent_kafka import TopicPartition
 
@@ -167,7 +167,7 @@ class KafkaMetadata:
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
 
 
-def _coordinator_moving(exc: Optional[BaseException]) -> bool:
+def _coordinator_moving(exc: BaseException | None) -> bool:
     from confluent_kafka import KafkaError
 
     err = exc.args[0] if exc is not None and exc.args else None

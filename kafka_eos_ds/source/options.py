@@ -13,7 +13,7 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.kafka.settings import ClientParams, check_settings
@@ -74,7 +74,7 @@ class Subscription:
 
     kind: SubscriptionKind
     topics: tuple[str, ...] = ()
-    pattern: Optional[str] = None
+    pattern: str | None = None
     assigned: tuple[tuple[str, int], ...] = ()
 
     def describe(self) -> str:
@@ -91,11 +91,11 @@ class OffsetSpec:
 
     kind: Position
     offsets: Offsets = field(default_factory=dict)  # OFFSETS (may hold -2/-1) or TIMESTAMPS
-    timestamp: Optional[int] = None  # TIMESTAMP: one epoch-ms for every partition
+    timestamp: int | None = None  # TIMESTAMP: one epoch-ms for every partition
     # What to do when no record has a timestamp >= the one asked for: "error" or "latest".
     strategy: str = "error"
-    table: Optional[str] = None  # TABLE: the table's path
-    storage: Optional[StorageOptions] = None  # TABLE: how to reach its store (repr without secrets)
+    table: str | None = None  # TABLE: the table's path
+    storage: StorageOptions | None = None  # TABLE: how to reach its store (repr without secrets)
 
 
 @dataclass(frozen=True)
@@ -110,11 +110,11 @@ class SourceOptions:
     commit_offsets_to_group: bool = True
     fail_on_data_loss: bool = True
     include_headers: bool = False
-    max_offsets_per_trigger: Optional[int] = None
-    min_offsets_per_trigger: Optional[int] = None
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
-    min_partitions: Optional[int] = None
-    max_records_per_partition: Optional[int] = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     poll_timeout_ms: int = 120_000
     arrow_batch_records: int = 10_000
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable
 
 from pyspark.sql.datasource import InputPartition
 
@@ -137,8 +137,8 @@ def _option_name(spec: OffsetSpec, side: str) -> str:
     return f"{side}Offsets"
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: Optional[int] = None,
-                 max_records_per_partition: Optional[int] = None) -> list[OffsetRange]:
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None = None,
+                 max_records_per_partition: int | None = None) -> list[OffsetRange]:
     """Cut ranges so none exceeds ``max_records_per_partition`` and there are at least
     ``min_partitions`` pieces (large ranges are cut in proportion to their size)."""
     out = list(ranges)

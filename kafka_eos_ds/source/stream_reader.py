@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
@@ -119,14 +119,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if ReadAllAvailable is None:
             _say_once_limits_are_the_readers()
         self._metadata_factory = metadata_factory
-        self._metadata: Optional[KafkaMetadata] = None
+        self._metadata: KafkaMetadata | None = None
         self._committer = GroupOffsetCommitter(self.options.group_id)
-        self._target: Optional[Offsets] = None
-        self._initial: Optional[Offsets] = None
-        self._latest: Optional[Offsets] = None
-        self._current: Optional[Offsets] = None
+        self._target: Offsets | None = None
+        self._initial: Offsets | None = None
+        self._latest: Offsets | None = None
+        self._current: Offsets | None = None
         self._last_batch_at = time.monotonic()
-        self._group_committed: Optional[Offsets] = None
+        self._group_committed: Offsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors need only the options; driver clients cannot be pickled.
@@ -160,7 +160,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: Optional[dict[str, Any]] = None, limit: Any = None) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         if start is not None:
             begin = offsets_json.from_json(start)
             self._current = begin
@@ -213,7 +213,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return latest
         return limit_offsets(begin, latest, max_rows)
 
-    def reportLatestOffset(self) -> Optional[dict[str, Any]]:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return offsets_json.to_json(self._latest) if self._latest is not None else None
 
     def prepareForTriggerAvailableNow(self) -> None:

@@ -26,7 +26,7 @@ otherwise, at each store's boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Mapping, Protocol
 from urllib.parse import urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -47,7 +47,7 @@ class StorageOptions:
         return cls({str(k): str(v) for k, v in options.items()
                     if str(k).lower().startswith(("fs.", "dfs.", "hadoop."))})
 
-    def get(self, name: str) -> Optional[str]:
+    def get(self, name: str) -> str | None:
         return next((v for k, v in self.settings.items() if k.lower() == name.lower()), None)
 
     def __repr__(self) -> str:
@@ -121,7 +121,7 @@ def readable(location: str) -> bool:
     return scheme in LOCAL or scheme in HDFS or scheme in S3 or (len(scheme) == 1 and location[1:3] in (":\\", ":/"))
 
 
-def locate(location: str, options: Optional[StorageOptions] = None, what: str = "The checkpoint location") \
+def locate(location: str, options: StorageOptions | None = None, what: str = "The checkpoint location") \
         -> tuple[Store, str]:
     """The store holding ``location`` and the path within it (ConfigError for a scheme
     the sink cannot use, naming ``what`` and the schemes it can)."""

@@ -13,7 +13,7 @@ or the same success (AWS, SeaweedFS): the caller then checks the object itself.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
 from kafka_eos_ds.errors import ConfigError, StorageError
 from kafka_eos_ds.storage import StorageOptions
@@ -72,7 +72,7 @@ class S3Store:
     def exists(self, path: str) -> bool:
         return self.metadata(path) is not None or bool(self.list_names(path))
 
-    def metadata(self, path: str) -> Optional[dict[str, str]]:
+    def metadata(self, path: str) -> dict[str, str] | None:
         """The user metadata of the object at ``path`` (None: no object there)."""
         try:
             head = self._call(lambda: self._client.head_object(Bucket=self.bucket, Key=_key(path)), path)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka_eos_ds.twophase import faults
@@ -94,9 +94,9 @@ class TwoPhaseCommitter:
     """
 
     def __init__(self, decisions: DecisionLog, participants: Participants, *,
-                 progress_store: Optional[ProgressStore] = None, commit_timeout_s: float = 120.0,
+                 progress_store: ProgressStore | None = None, commit_timeout_s: float = 120.0,
                  parallelism: int = 8, abort_grace_s: float = 3.0, time_needed_s: float = 15.0,
-                 streams_share_ids: bool = True, publish: Optional[Callable[[Decision], None]] = None,
+                 streams_share_ids: bool = True, publish: Callable[[Decision], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions
         self.participants = participants
@@ -185,8 +185,8 @@ class TwoPhaseCommitter:
 
     # -- after the tasks ----------------------------------------------------------
 
-    def commit(self, write: WriteId, messages: Iterable[Optional[Participant]],
-               progress: Optional[Mapping[str, Any]] = None) -> None:
+    def commit(self, write: WriteId, messages: Iterable[Participant | None],
+               progress: Mapping[str, Any] | None = None) -> None:
         """Commit a write; ``progress`` (what a stream's batch consumed) commits with its
         first participant."""
         messages = list(messages)
@@ -261,8 +261,8 @@ class TwoPhaseCommitter:
         faults.check("driver-after-done", batch=batch)
         self._forget_job(write)
 
-    def abort(self, write: Optional[WriteId], messages: Iterable[Optional[Participant]],
-              fallback: Optional[WriteId] = None) -> None:
+    def abort(self, write: WriteId | None, messages: Iterable[Participant | None],
+              fallback: WriteId | None = None) -> None:
         """Fence what an undecided write left open; a decided one is left to recovery.
         ``write`` None: no task reported; ``fallback`` names the ids its tasks would use."""
         messages = list(messages)

@@ -18,27 +18,27 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Optional, Protocol
+from typing import Protocol
 
 HOOK_ENV = "KAFKA_EOS_FAULT_HOOK"
 
 
 class FaultHook(Protocol):
-    def __call__(self, point: str, *, batch: Optional[int], partition: Optional[int],
-                 attempt: Optional[int]) -> None: ...
+    def __call__(self, point: str, *, batch: int | None, partition: int | None,
+                 attempt: int | None) -> None: ...
 
 
-_hook: Optional[FaultHook] = None
+_hook: FaultHook | None = None
 
 
-def install(hook: Optional[FaultHook]) -> None:
+def install(hook: FaultHook | None) -> None:
     """Call ``hook`` at every fault point from now on (None: remove it)."""
     global _hook
     _hook = hook
 
 
-def check(point: str, *, batch: Optional[int] = None, partition: Optional[int] = None,
-          attempt: Optional[int] = None) -> None:
+def check(point: str, *, batch: int | None = None, partition: int | None = None,
+          attempt: int | None = None) -> None:
     if _hook is not None:
         _hook(point, batch=batch, partition=partition, attempt=attempt)
 

@@ -34,7 +34,7 @@ import enum
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from kafka_eos_ds.errors import ConfigError
 
@@ -64,8 +64,8 @@ class WriteId:
     kind: Kind
     app: str
     version: int
-    run: Optional[str] = None
-    job: Optional[str] = None
+    run: str | None = None
+    job: str | None = None
 
     @property
     def key(self) -> str:
@@ -120,12 +120,12 @@ class WriteSpec:
     """
 
     streaming: bool
-    job: Optional[str] = None
-    app: Optional[str] = None
-    version: Optional[int] = None
+    job: str | None = None
+    app: str | None = None
+    version: int | None = None
 
     @classmethod
-    def for_batch(cls, options: "Callable[[str], Optional[str]]", job: str) -> "WriteSpec":
+    def for_batch(cls, options: "Callable[[str], str | None]", job: str) -> "WriteSpec":
         """The spec of a ``df.write`` from its options (``options(name)`` -> value or None)."""
         app = (options("txnAppId") or "").strip() or None
         raw = (options("txnVersion") or "").strip() or None
@@ -140,7 +140,7 @@ class WriteSpec:
             version = int(raw)
         return cls(False, job, app, version)
 
-    def planned(self) -> Optional[WriteId]:
+    def planned(self) -> WriteId | None:
         """The identity when the planner can know it (APP), else None."""
         if self.app is not None and self.version is not None:
             return WriteId(Kind.APP, self.app, self.version, job=self.job)
@@ -151,7 +151,7 @@ _RUN = re.compile(r"runId = ([0-9a-f-]{36})")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-def identify(spec: WriteSpec, local_property: Callable[[str], Optional[str]]) -> WriteId:
+def identify(spec: WriteSpec, local_property: Callable[[str], str | None]) -> WriteId:
     """The identity of the running task's write, from the spec and Spark's local properties."""
     planned = spec.planned()
     if planned is not None:
@@ -169,7 +169,7 @@ def identify(spec: WriteSpec, local_property: Callable[[str], Optional[str]]) ->
     return WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
 
 
-def _stream_run(local_property: Callable[[str], Optional[str]]) -> str:
+def _stream_run(local_property: Callable[[str], str | None]) -> str:
     """The stream's run id, which Spark puts in the job description and the job group of
     every job it runs for the stream (foreachBatch's jobs included)."""
     found = _RUN.search(local_property("spark.job.description") or "")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from kafka_eos_ds.twophase.identity import WriteId
@@ -66,8 +66,9 @@ class Participant:
     records : int
         How many records it holds (0: nothing to commit, no transaction opened).
     handle : Mapping
-        What the sink needs to commit it from another process (JSON-serialisable),
-        e.g. ``{"producer_id": 4001, "epoch": 3}``.
+        What the sink needs to commit it from another process, as JSON; each sink reads
+        it through its own typed view (the Kafka sink's ``sink.messages.TransactionHandle``,
+        the file sink's ``filesink.handles.StagedFile``).
     """
 
     id: str
@@ -104,9 +105,9 @@ class Decision:
     batch_id: int
     state: DecisionState
     participants: tuple[Participant, ...] = ()
-    progress: Optional[Mapping[str, Any]] = None
+    progress: Mapping[str, Any] | None = None
     write: int = 0
-    run: Optional[str] = None
+    run: str | None = None
     writes: int = 1
     runs: Mapping[str, int] = field(default_factory=dict)
 
@@ -149,10 +150,10 @@ class DoneMark:
     batch id is <= ``batch_id`` drains its input and reports no participant.
     """
 
-    query_id: Optional[str] = None
+    query_id: str | None = None
     batch_id: int = -1
 
-    def covers(self, query_id: Optional[str], batch_id: Optional[int]) -> bool:
+    def covers(self, query_id: str | None, batch_id: int | None) -> bool:
         return (self.query_id is not None and query_id == self.query_id
                 and batch_id is not None and int(batch_id) <= self.batch_id)
 
@@ -171,10 +172,10 @@ class DecisionLog(Protocol):
     compacted topic; files: a JSON file per writer). Keys are ``"<kind>:<app>"``
     (:attr:`.identity.WriteId.key`)."""
 
-    def latest(self, key: str) -> Optional[Decision]:
+    def latest(self, key: str) -> Decision | None:
         """The most recent decision of writer ``key``, or None if it never decided."""
 
-    def latest_of(self, kind: str) -> Optional[Decision]:
+    def latest_of(self, kind: str) -> Decision | None:
         """The most recent decision of any writer of ``kind`` on this sink (for a stream:
         which query wrote last with this sink's ids), or None."""
 
@@ -196,7 +197,7 @@ class Participants(Protocol):
     def commit(self, participant: Participant) -> Outcome:
         """Commit one pre-committed participant (idempotent: committed twice is COMMITTED)."""
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> Optional[str]:
+    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
         """Why some of ``participants`` cannot be committed any more, or None when all can.
 
         Asked before a batch is decided: each must still be open as its task left it
@@ -225,18 +226,18 @@ class Participants(Protocol):
 class ProgressStore(Protocol):
     """Optional port for sinks whose decisions carry ``progress`` (what the batch consumed)."""
 
-    def carry(self, progress: Mapping[str, Any], participant: Optional[Participant]) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
         """Attach ``progress`` to ``participant`` so both commit atomically (a no-op if the
         participant is no longer open); with None, store the progress on its own."""
 
-    def started(self, progress: Mapping[str, Any], first: Participant) -> Optional[bool]:
+    def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
         """Whether ``first``, which carried ``progress``, committed: True, False, or None
         when neither the participant nor the stored progress can tell."""
 
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         """Why :meth:`started` could not tell, and what the operator can do (for the error)."""
 
-    def resumes_before(self, progress: Mapping[str, Any]) -> Optional[str]:
+    def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
         """Why a new query reading from where the stored progress says would re-read what
         ``progress`` says is already in the output (the progress is gone: expired), or
         None. ``{batch}`` in the answer is replaced by the batch."""

@@ -7,7 +7,7 @@ open, the write at hand) and returns what to do. The I/O lives in :mod:`.committ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.twophase.identity import Kind, WriteId
@@ -20,9 +20,9 @@ class RecoveryContext:
     that takes over a sink the latest of the query that wrote before it), the ids still
     open in the writer's families, and the id of the query recovering (None if unknown)."""
 
-    latest: Optional[Decision]
+    latest: Decision | None
     open_ids: Sequence[str] = ()
-    query_id: Optional[str] = None
+    query_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class RecoveryPlan:
     participant (which carries the progress) committed, before it if not.
     """
 
-    finish: Optional[Decision]
+    finish: Decision | None
     fence: tuple[str, ...]
     mark: DoneMark
     only_if_started: bool = False
@@ -61,7 +61,7 @@ def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
     return RecoveryPlan(finish, fence, mark, only_if_started=foreign)
 
 
-def stream_target(own: Optional[Decision], sink_latest: Optional[Decision], query_id: str) -> Optional[Decision]:
+def stream_target(own: Decision | None, sink_latest: Decision | None, query_id: str) -> Decision | None:
     """The decision a stream's recovery acts on: its own latest, or — for a query that has
     never decided on this sink — the latest of the query that wrote before it (a query
     whose checkpoint was lost and that this one replaces).
@@ -89,21 +89,21 @@ class CommitPlan:
     ``decision`` (with no participants) only records that this run got past it."""
 
     noop: bool
-    decision: Optional[Decision] = None
-    earlier: Optional[Decision] = None
+    decision: Decision | None = None
+    earlier: Decision | None = None
     write_decision: bool = True
     skip: bool = False
 
 
-def to_commit(participants: Iterable[Optional[Participant]]) -> tuple[Participant, ...]:
+def to_commit(participants: Iterable[Participant | None]) -> tuple[Participant, ...]:
     """The participants with work to commit (empty tasks and failed slots dropped), in order."""
     return tuple(sorted((p for p in participants if p is not None and p.records > 0),
                         key=lambda p: (p.partition, p.attempt)))
 
 
-def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
-                participants: Iterable[Optional[Participant]],
-                progress: Optional[Mapping[str, Any]] = None) -> CommitPlan:
+def plan_commit(latest: Decision | None, query_id: str, batch_id: int,
+                participants: Iterable[Participant | None],
+                progress: Mapping[str, Any] | None = None) -> CommitPlan:
     """A stream's micro-batch. Idempotent per batch: a batch already done is a no-op; a
     batch already decided is finished with the participants *recorded* in its decision,
     never with new ones.
@@ -128,8 +128,8 @@ def plan_commit(latest: Optional[Decision], query_id: str, batch_id: int,
     return CommitPlan(noop=False, decision=decision, earlier=earlier)
 
 
-def plan_write(own: Optional[Decision], write: WriteId, participants: Iterable[Optional[Participant]],
-               progress: Optional[Mapping[str, Any]] = None) -> CommitPlan:
+def plan_write(own: Decision | None, write: WriteId, participants: Iterable[Participant | None],
+               progress: Mapping[str, Any] | None = None) -> CommitPlan:
     """Any write: dispatch on its kind (:mod:`.identity`)."""
     if write.kind is Kind.STREAM:
         return plan_commit(own, write.app, write.version, participants, progress)
@@ -143,7 +143,7 @@ def plan_write(own: Optional[Decision], write: WriteId, participants: Iterable[O
     return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
 
 
-def _plan_app(own: Optional[Decision], earlier: Optional[Decision], write: WriteId,
+def _plan_app(own: Decision | None, earlier: Decision | None, write: WriteId,
               parts: tuple[Participant, ...]) -> CommitPlan:
     """``txnAppId``/``txnVersion``, as Delta Lake reads them: a version at or below the
     app's latest is already written, and the write adds nothing (its tasks' work, if they
@@ -157,7 +157,7 @@ def _plan_app(own: Optional[Decision], earlier: Optional[Decision], write: Write
     return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
 
 
-def _plan_foreach(own: Optional[Decision], earlier: Optional[Decision], write: WriteId,
+def _plan_foreach(own: Decision | None, earlier: Decision | None, write: WriteId,
                   parts: tuple[Participant, ...]) -> CommitPlan:
     """A ``df.write`` inside ``foreachBatch``: the k-th write of micro-batch N in this run.
 
@@ -189,8 +189,8 @@ def _plan_foreach(own: Optional[Decision], earlier: Optional[Decision], write: W
     return CommitPlan(noop=False, decision=decided, earlier=earlier)
 
 
-def plan_abort(latest: Optional[Decision], query_id: Optional[str], batch_id: int,
-               participants: Iterable[Optional[Participant]], superseded: Iterable[str] = (),
+def plan_abort(latest: Decision | None, query_id: str | None, batch_id: int,
+               participants: Iterable[Participant | None], superseded: Iterable[str] = (),
                open_ids: Iterable[str] = ()) -> tuple[str, ...]:
     """Ids to fence when Spark aborts a write.
 

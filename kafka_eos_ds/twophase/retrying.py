@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError
 
@@ -20,7 +20,7 @@ def retrying(call: Callable[[], Any], failure: str, timeout_s: float, *, again: 
     non-retriable error is raised as it is."""
     deadline = clock() + timeout_s
     delay = 0.05
-    last: Optional[BaseException] = None
+    last: BaseException | None = None
     while True:
         try:
             answer = call()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Protocol, Sequence, cast
+from typing import Any, Iterator, Protocol, Sequence, cast
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
@@ -69,16 +69,16 @@ class Sink(Protocol):
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
         """On an executor: one task's participant, pre-committed."""
 
-    def commit(self, write: WriteId, participants: Sequence[Optional[Participant]]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
         """On the driver: decide and commit the write."""
 
-    def abort(self, write: Optional[WriteId], participants: Sequence[Optional[Participant]],
+    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:
         """On the driver: fence what an undecided write left (``write`` None: no task reported)."""
 
 
-def messages_of(messages: Sequence[Optional[WriterCommitMessage]], message_type: type,
-                batch_id: Optional[int] = None) -> tuple[Optional[WriteId], list[Optional[Participant]]]:
+def messages_of(messages: Sequence[WriterCommitMessage | None], message_type: type,
+                batch_id: int | None = None) -> tuple[WriteId | None, list[Participant | None]]:
     """The write the tasks ran for and their participants (failed slots as None).
 
     Every task of one write reports the same identity; a stream's must be the batch Spark
@@ -102,7 +102,7 @@ class _TwoPhaseWriter:
     def __init__(self, sink: Sink, spec: WriteSpec) -> None:
         self.sink = sink
         self.spec = spec
-        self.mark: Optional[DoneMark] = None
+        self.mark: DoneMark | None = None
 
     def prepare_for_tasks(self) -> DoneMark:
         """Recover before the tasks: once per writer, on the planner (module docstring)."""
@@ -124,12 +124,12 @@ class TwoPhaseStreamWriter(_TwoPhaseWriter, StreamWriterBase):
     def __init__(self, sink: Sink) -> None:
         super().__init__(sink, WriteSpec(streaming=True))
 
-    def commit(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         write, participants = messages_of(messages, self.sink.message_type, batchId)
         if write is not None:
             self.sink.commit(write, participants)
 
-    def abort(self, messages: list[Optional[WriterCommitMessage]], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         write, participants = messages_of(messages, self.sink.message_type, batchId)
         self.sink.abort(write, participants, self.spec)
 
@@ -140,11 +140,11 @@ class TwoPhaseBatchWriter(_TwoPhaseWriter, BatchWriterBase):
     def __init__(self, sink: Sink, options: Any) -> None:
         super().__init__(sink, WriteSpec.for_batch(options.get, uuid.uuid4().hex))
 
-    def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         write, participants = messages_of(messages, self.sink.message_type)
         if write is not None:
             self.sink.commit(write, participants)
 
-    def abort(self, messages: list[Optional[WriterCommitMessage]]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         write, participants = messages_of(messages, self.sink.message_type)
         self.sink.abort(write, participants, self.spec)

@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -67,10 +67,10 @@ class ChaosPlan:
     run_timeout: float = 300.0
     replication: int = 1
     sink_format: str = "kafka_eos"
-    spark_jars: Optional[str] = None
+    spark_jars: str | None = None
     sink_options: list[str] = field(default_factory=list)
     job_args: list[str] = field(default_factory=list)  # more arguments of the job (--column ...)
-    cluster: Optional["EmbeddedKafka"] = None  # needed for broker bounces
+    cluster: "EmbeddedKafka" | None = None  # needed for broker bounces
     broker_down_seconds: tuple[float, float] = (2.0, 8.0)
 
 
@@ -147,7 +147,7 @@ class InputFeeder(threading.Thread):
             bootstrap, topic, at_least, ahead, seen, keys)
         self.fed = 0
         self.finishing = threading.Event()
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
@@ -261,7 +261,7 @@ class Pipeline:
 
     def __init__(self, plan: ChaosPlan, input_topic: str, output_topic: str) -> None:
         self.plan, self.input_topic, self.output_topic = plan, input_topic, output_topic
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self.runs = 0
         self.self_exits = 0
         self.killed = False

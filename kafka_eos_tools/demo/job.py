@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import sys
-from typing import Optional, Sequence
+from typing import Sequence
 
 
 def build_query(spark, args: argparse.Namespace):
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def session(master: Optional[str], jars: Optional[str], java_options: Optional[str] = None):
+def session(master: str | None, jars: str | None, java_options: str | None = None):
     """The job's SparkSession, with the sources registered (``master``: default local[2];
     under spark-submit, the one it was given). ``java_options``: the driver JVM's, passed
     to spark-submit when this process starts the JVM."""
@@ -217,7 +217,7 @@ def start(spark, args: argparse.Namespace):
     return query, drain
 
 
-def run_until_done(query, drain: Optional[Drain], stopping: Sequence = ()) -> None:
+def run_until_done(query, drain: Drain | None, stopping: Sequence = ()) -> None:
     """Wait for the query to end: by itself (availableNow, or a failure, which raises), once
     ``drain`` is reached, or once ``stopping`` holds anything. The wait returns to Python
     every second so a signal handler gets to run."""

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Callable, Optional
+from typing import Callable
 
 Say = Callable[[str], None]
 
@@ -32,8 +32,8 @@ class TableStores:
     started in ``directory`` (Kafka in ``kafka_directory``, which the Kafka demo shares).
     """
 
-    def __init__(self, directory: Path, kafka_directory: Path, brokers: int = 1, bootstrap: Optional[str] = None,
-                 hdfs: Optional[str] = None, metastore: Optional[str] = None, say: Say = _stderr) -> None:
+    def __init__(self, directory: Path, kafka_directory: Path, brokers: int = 1, bootstrap: str | None = None,
+                 hdfs: str | None = None, metastore: str | None = None, say: Say = _stderr) -> None:
         self.directory, self.kafka_directory, self.brokers = directory, kafka_directory, brokers
         self.bootstrap, self.hdfs, self.metastore = bootstrap, hdfs, metastore
         self.say = say
@@ -95,5 +95,5 @@ def missing_clients() -> list[str]:
             if importlib.util.find_spec(module) is None]
 
 
-def _raise_exit(signum: int, frame: Optional[FrameType]) -> None:
+def _raise_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)

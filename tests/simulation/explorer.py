@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from tests.simulation import seams
 from tests.simulation.directed import DIRECTED
@@ -46,7 +46,7 @@ class Result:
         return {v.rule for v in self.violations}
 
 
-def run_one(shape: str, seed: int, script: Optional[list] = None, *, rate: float = 0.02,
+def run_one(shape: str, seed: int, script: list | None = None, *, rate: float = 0.02,
             budget: int = 4, max_steps: int = 20_000) -> Result:
     started = time.perf_counter()
     plan = FaultPlan(rate=rate, budget=budget, script=script)
@@ -77,7 +77,7 @@ def run_one(shape: str, seed: int, script: Optional[list] = None, *, rate: float
                   w.sched.trace, time.perf_counter() - started)
 
 
-def shrink(result: Result, rules: Optional[set] = None) -> Result:
+def shrink(result: Result, rules: set | None = None) -> Result:
     """Drop faults one at a time while a violation of the same rule(s) remains."""
     rules = rules or result.rules
     best = run_one(result.shape, result.seed, list(result.faults))

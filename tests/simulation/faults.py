@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from tests.simulation.scheduler import Actor
@@ -56,11 +56,11 @@ class FaultPlan:
     budget: int = 4
     weights: dict = field(default_factory=lambda: {CRASH: 4, STALL: 1, SLOW: 1, OUTAGE: 1, FAIL: 2, LOSE: 1,
                                                    DROP: 1, SPARK: 3})
-    script: Optional[list] = None
+    script: list | None = None
     injected: list = field(default_factory=list)
 
     def decide(self, step: int, actor: "Actor", label: str, allow: Iterable[str],
-               rng: random.Random) -> Optional[Fault]:
+               rng: random.Random) -> Fault | None:
         allowed = [k for k in allow if self.weights.get(k, 0) > 0]
         nth = actor.labels.get(label, 0)
         if self.script is not None:

@@ -37,7 +37,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase.protocol import ABANDONED, Decision
@@ -93,7 +93,7 @@ class Oracle:
 
     # -- the coordinator's transitions ------------------------------------------
 
-    def _sink_of(self, transactional_id: str) -> Optional[str]:
+    def _sink_of(self, transactional_id: str) -> str | None:
         return next((p for p in self.prefixes if transactional_ids.parse(p, transactional_id) is not None), None)
 
     def on_txn(self, event: str, meta: Any) -> None:
@@ -268,7 +268,7 @@ class Oracle:
                                                  f"does not name it ({decision.state.value if decision else 'none'})")
 
 
-def newest_file_decision(writer: Path) -> Optional[Decision]:
+def newest_file_decision(writer: Path) -> Decision | None:
     """A file-sink writer's newest decision (its highest-numbered ``decisions/<n>.json``)."""
     try:
         numbered = [p for p in (writer / "decisions").iterdir() if p.suffix == ".json" and p.stem.isdigit()]

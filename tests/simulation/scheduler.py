@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable
 
 from tests.simulation.faults import CRASH, DROP, FAIL, LOSE, OUTAGE, SLOW, SPARK, STALL, Fault, FaultPlan
 from tests.simulation.model.clock import Clock
@@ -47,17 +47,17 @@ class Actor:
         self.kind = kind
         self.context = context          # a pyspark TaskContext for tasks (set while it runs)
         self.state = "new"              # new, runnable, sleeping, waiting, paused, done
-        self.wake_ms: Optional[int] = None
-        self.cond: Optional[Callable[[], bool]] = None
+        self.wake_ms: int | None = None
+        self.cond: Callable[[], bool] | None = None
         self.resume_step = 0
         self.killed = False
         self.steps = 0
         self.labels: dict[str, int] = {}  # label -> how many steps of this actor had it
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         self.result: Any = None
         self.on_death: list[Callable[[], None]] = []
         self._sem = threading.Semaphore(0)
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     @property
     def done(self) -> bool:
@@ -74,7 +74,7 @@ class Actor:
 class Scheduler:
     def __init__(self, seed: int, clock: Clock, plan: FaultPlan, *, tick: Callable[[random.Random], list] = None,
                  check: Callable[[], None] = None, max_steps: int = 20_000, stay: float = 0.6,
-                 switch_hook: Callable[[Optional[Actor]], None] = None) -> None:
+                 switch_hook: Callable[[Actor | None], None] = None) -> None:
         self.seed = seed
         self.clock = clock
         self.plan = plan
@@ -85,7 +85,7 @@ class Scheduler:
         self.max_days = 30
         self._switch_hook = switch_hook
         self.actors: list[Actor] = []
-        self.current: Optional[Actor] = None
+        self.current: Actor | None = None
         self.step = 0
         self.trace: list[str] = []
         self.outage: Callable[[int], None] = lambda ms: None
@@ -136,7 +136,7 @@ class Scheduler:
 
     # -- what actors call --------------------------------------------------------
 
-    def point(self, label: str, detail: str = "", allow: Iterable[str] = ()) -> Optional[Fault]:
+    def point(self, label: str, detail: str = "", allow: Iterable[str] = ()) -> Fault | None:
         """A step of the current actor; returns a fault the caller must act on, or None."""
         actor = self._me()
         self.step += 1
@@ -178,7 +178,7 @@ class Scheduler:
         actor.state, actor.wake_ms = "sleeping", self.clock.now_ms + int(seconds * 1000)
         self._switch(actor)
 
-    def wait_until(self, cond: Callable[[], bool], timeout_s: Optional[float] = None) -> bool:
+    def wait_until(self, cond: Callable[[], bool], timeout_s: float | None = None) -> bool:
         """Block the current actor until ``cond()``; False when ``timeout_s`` passed first."""
         actor = self._me()
         deadline = None if timeout_s is None else self.clock.now_ms + int(timeout_s * 1000)
@@ -210,7 +210,7 @@ class Scheduler:
             return self.step >= actor.resume_step
         return False
 
-    def _choose(self, me: Optional[Actor], rng: random.Random) -> Optional[Actor]:
+    def _choose(self, me: Actor | None, rng: random.Random) -> Actor | None:
         while True:
             live = [a for a in self.actors if not a.done]
             if self._tearing_down:
@@ -256,7 +256,7 @@ class Scheduler:
             return
         self._hand_over(me, nxt)
 
-    def _hand_over(self, me: Actor, nxt: Optional[Actor]) -> None:
+    def _hand_over(self, me: Actor, nxt: Actor | None) -> None:
         self._resume(nxt)
         me._sem.acquire()
         # Back here: the scheduler chose me again.
@@ -264,7 +264,7 @@ class Scheduler:
         if me.killed:
             raise Crash("dead")
 
-    def _resume(self, actor: Optional[Actor]) -> None:
+    def _resume(self, actor: Actor | None) -> None:
         if actor is None:
             self.current = None
             self._finished.set()

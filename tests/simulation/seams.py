@@ -30,7 +30,7 @@ import importlib
 import logging
 import os
 import random
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator
 
 from tests.simulation import adapters
 from tests.simulation.faults import CRASH, FAIL, SLOW, STALL
@@ -61,7 +61,7 @@ class SequentialExecutor:
     """``concurrent.futures.ThreadPoolExecutor`` as the committer uses it (``map`` in a
     ``with`` block), running the calls one after the other in a seeded order."""
 
-    def __init__(self, max_workers: Optional[int] = None) -> None:
+    def __init__(self, max_workers: int | None = None) -> None:
         pass
 
     def __enter__(self) -> "SequentialExecutor":
@@ -122,8 +122,8 @@ def _short(w: World, path: Any) -> str:
 def _fault_hook(w: World) -> Callable[..., None]:
     from kafka_eos_tools.faults import InjectedFault
 
-    def hook(point: str, *, batch: Optional[int] = None, partition: Optional[int] = None,
-             attempt: Optional[int] = None) -> None:
+    def hook(point: str, *, batch: int | None = None, partition: int | None = None,
+             attempt: int | None = None) -> None:
         where = " ".join(f"{k}={v}" for k, v in (("batch", batch), ("partition", partition), ("attempt", attempt))
                          if v is not None)
         if point == "commit-raise":

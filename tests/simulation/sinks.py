@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from tests.simulation.adapters import Producer
 from tests.simulation.invariants import Oracle
@@ -39,7 +39,7 @@ class KafkaSink:
         w.cluster.create_topic(self.topic, self.out_partitions)
         oracle.watch_kafka_sink(self.prefix, self.commit_log, [self.topic])
 
-    def options(self, checkpoint: str = "", extra: Optional[dict] = None) -> dict:
+    def options(self, checkpoint: str = "", extra: dict | None = None) -> dict:
         """The sink's options: a stream's with its ``checkpoint``, else a df.write's (no
         checkpoint, no sourceGroupId); ``extra``: the write's own (txnAppId, txnVersion)."""
         opts = {"kafka.bootstrap.servers": "model:9092", "topic": self.topic, "transactionalIdPrefix": self.prefix,
@@ -49,7 +49,7 @@ class KafkaSink:
         more = {k: v for k, v in self.extra.items() if checkpoint or k != "sourceGroupId"}
         return {**opts, **more, **(extra or {})}
 
-    def data_source(self, checkpoint: str = "", extra: Optional[dict] = None) -> Any:
+    def data_source(self, checkpoint: str = "", extra: dict | None = None) -> Any:
         from kafka_eos_ds.datasource import KafkaEosDataSource
 
         return KafkaEosDataSource(self.options(checkpoint, extra))
@@ -72,7 +72,7 @@ class FileSink:
 
     extra: dict = field(default_factory=dict)
 
-    def data_source(self, checkpoint: str = "", extra: Optional[dict] = None) -> Any:
+    def data_source(self, checkpoint: str = "", extra: dict | None = None) -> Any:
         from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 
         opts = {"path": str(self.path), "fileFormat": "jsonl", "commitTimeoutMs": str(self.commit_timeout_ms)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionLostError
 from kafka_eos_tools.faults import InjectedFault
@@ -44,7 +44,7 @@ class BatchJob:
     n_tasks: int
     label: str
     properties: dict = field(default_factory=dict)
-    tasks: Optional[list] = None
+    tasks: list | None = None
     options: dict = field(default_factory=dict)  # the write's own options (txnAppId, txnVersion)
     outcome: str = "not run"
 

@@ -24,7 +24,7 @@ import json
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql.types import StringType, StructField, StructType
@@ -68,7 +68,7 @@ class Checkpoint:
     def latest(self, log: str) -> int:
         return max(self._batches(log), default=-1)
 
-    def offsets(self, batch: int) -> Optional[list[int]]:
+    def offsets(self, batch: int) -> list[int] | None:
         path = self.path / "offsets" / str(batch)
         if batch < 0 or not path.exists():
             return None
@@ -156,7 +156,7 @@ class StageRunner:
         sched.log(f"launch {name} ({why})")
         self.attempts.append(Attempt(actor, self.stage_attempt, partition, attempt))
 
-    def _live(self, partition: int, stage_attempt: Optional[int] = None) -> list[Attempt]:
+    def _live(self, partition: int, stage_attempt: int | None = None) -> list[Attempt]:
         return [a for a in self.attempts if a.partition == partition and not a.actor.done and not a.cancelled
                 and (stage_attempt is None or a.stage_attempt == stage_attempt)]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import pickle
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionLostError
 from kafka_eos_ds.twophase.identity import Kind, WriteId
@@ -50,8 +50,8 @@ class StreamQuery:
     foreach_writes: int = 0    # > 0: foreachBatch running that many df.write per micro-batch
     foreach: str = "classic"   # classic (the stream's local properties reach the writes) | connect
     label: str = ""            # the outputs' label (default: the name)
-    start: Optional[list] = None  # where the first batch starts (startingOffsets); default 0
-    tasks: Optional[int] = None   # write tasks per batch (default: drawn per driver run)
+    start: list | None = None  # where the first batch starts (startingOffsets); default 0
+    tasks: int | None = None   # write tasks per batch (default: drawn per driver run)
     outcome: str = "running"   # finished | loud | stuck | error
     errors: list = field(default_factory=list)
     loud: dict = field(default_factory=dict)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from tests.simulation.faults import FaultPlan
 from tests.simulation.model.clock import Clock
 from tests.simulation.model.cluster import Cluster
 from tests.simulation.scheduler import Actor, Scheduler
 
-_CURRENT: Optional["World"] = None
+_CURRENT: "World" | None = None
 
 
 def world() -> "World":
@@ -34,7 +34,7 @@ class World:
         # chance a kill reaches a losing task attempt too late, default 0.3),
         # "spark_event" ("speculation" or "stage": what a Spark-level fault is).
         self.tuning: dict[str, Any] = {}
-        self.listings: list[tuple[int, Optional[str]]] = []
+        self.listings: list[tuple[int, str | None]] = []
         self.sched = Scheduler(seed, self.clock, plan, tick=self.cluster.tick, check=self._check,
                                max_steps=max_steps, switch_hook=self._switch)
         self.sched.outage = self._outage
@@ -53,7 +53,7 @@ class World:
 
         TaskContext._setTaskContext(actor.context)
 
-    def on_listing(self, pattern: Optional[str]) -> None:
+    def on_listing(self, pattern: str | None) -> None:
         self.listings.append((self.sched.step, pattern))
 
     def sleep(self, seconds: float) -> None:

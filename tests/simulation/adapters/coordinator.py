@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from types import SimpleNamespace
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import kafka.errors as kerrors
 
@@ -125,7 +125,7 @@ class ModelAdmin:
         return self._call("DescribeTransactions", ", ".join(ids), described)
 
     def list_transactions(self, state_filters: Any = None,
-                          transactional_id_pattern: Optional[str] = None) -> Mapping[Any, Any]:
+                          transactional_id_pattern: str | None = None) -> Mapping[Any, Any]:
         from tests.simulation.model.coordinator import TxnState as S
 
         states = [S(str(s)) for s in state_filters if str(s) in S._value2member_map_] \

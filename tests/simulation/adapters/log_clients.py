@@ -17,7 +17,7 @@ Also :func:`cluster_metadata`, the sink's metadata call (``kafka_sink.cluster_me
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from tests.simulation import world as sim
 from tests.simulation.adapters.producers import ConfluentProducer
@@ -49,10 +49,10 @@ def cluster_metadata(config: Any, timeout_s: float = 15.0) -> Any:
 class _Done:
     """A ``create_topics`` future."""
 
-    def __init__(self, error: Optional[Exception]) -> None:
+    def __init__(self, error: Exception | None) -> None:
         self._error = error
 
-    def result(self, timeout: Optional[float] = None) -> None:
+    def result(self, timeout: float | None = None) -> None:
         if self._error is not None:
             raise self._error
 
@@ -61,7 +61,7 @@ class ModelAdminClient:
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self.world = sim.world()
 
-    def list_topics(self, topic: Optional[str] = None, timeout: float = -1) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         request("Metadata", topic or "", lambda: None, coordinator=False, allow=PROCESS)
         return metadata()
 
@@ -71,7 +71,7 @@ class ModelAdminClient:
         cluster = self.world.cluster
         out = {}
         for topic in new_topics:
-            def create(topic: Any = topic) -> Optional[Exception]:
+            def create(topic: Any = topic) -> Exception | None:
                 if cluster.partitions(topic.topic):
                     return KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, "exists"))
                 cluster.create_topic(topic.topic, topic.num_partitions)
@@ -103,7 +103,7 @@ class _Message:
     def partition(self) -> int:
         return self._partition
 
-    def offset(self) -> Optional[int]:
+    def offset(self) -> int | None:
         return None if self._error is not None else self._offset
 
     def key(self) -> Any:
@@ -126,8 +126,8 @@ class ModelConsumer:
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self.world = sim.world()
         self.committed_only = str(conf.get("isolation.level", "read_committed")) == "read_committed"
-        self._assigned: Optional[tuple[str, int, int]] = None
-        self._queue: Optional[list[_Message]] = None
+        self._assigned: tuple[str, int, int] | None = None
+        self._queue: list[_Message] | None = None
 
     def get_watermark_offsets(self, partition: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
         log = self.world.cluster.log(partition.topic, partition.partition)
@@ -146,7 +146,7 @@ class ModelConsumer:
         self._assigned = (tp.topic, tp.partition, max(0, tp.offset))
         self._queue = None
 
-    def poll(self, timeout: float = -1) -> Optional[_Message]:
+    def poll(self, timeout: float = -1) -> _Message | None:
         from confluent_kafka import KafkaError
 
         assert self._assigned is not None, "poll before assign"

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping
 
 from kafka_eos_ds.errors import KafkaClientError, TransactionFencedError
 from kafka_eos_ds.sink import transactional_ids
@@ -107,10 +107,10 @@ class ConfluentProducer:
         self.world = sim.world()
         self._wire = Producer(str(conf["transactional.id"]), int(conf.get("transaction.timeout.ms", 60_000)),
                               str(conf.get("client.id", "producer")))
-        self._failed: Optional[int] = None
-        self._fatal: Optional[int] = None
+        self._failed: int | None = None
+        self._fatal: int | None = None
 
-    def list_topics(self, topic: Optional[str] = None, timeout: float = -1) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         from tests.simulation.adapters.log_clients import metadata
 
         return metadata()
@@ -169,8 +169,8 @@ class ModelPartitionWriter:
         self.transactional_id = (transactional_ids.build(config.prefix, partition, attempt, family)
                                  if config.exactly_once and config.prefix is not None else None)
         self.records = 0
-        self.pid_epoch: Optional[tuple[int, int]] = None
-        self._producer: Optional[Producer] = None
+        self.pid_epoch: tuple[int, int] | None = None
+        self._producer: Producer | None = None
 
     def write_all(self, items: Iterable[Any]) -> int:
         for topic, partition, key, value in items:

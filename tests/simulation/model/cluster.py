@@ -17,7 +17,7 @@ What moves by itself (:meth:`Cluster.tick`, called by the scheduler at every ste
 from __future__ import annotations
 
 import random
-from typing import Any, Optional
+from typing import Any
 
 from tests.simulation.model import errors
 from tests.simulation.model.clock import Clock
@@ -26,7 +26,7 @@ from tests.simulation.model.logs import OFFSETS_TOPIC, Groups, PartitionLog
 
 
 class Cluster:
-    def __init__(self, clock: Optional[Clock] = None, *, abort_interval_ms: int = 10_000,
+    def __init__(self, clock: Clock | None = None, *, abort_interval_ms: int = 10_000,
                  expire_interval_ms: int = 3_600_000, marker_chance: float = 0.5, **coordinator: Any) -> None:
         self.clock = clock or Clock()
         self.logs: dict[tuple[str, int], PartitionLog] = {}
@@ -75,7 +75,7 @@ class Cluster:
     # -- data path -----------------------------------------------------------
 
     def produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int,
-                key: Optional[Any], value: Any) -> int:
+                key: Any | None, value: Any) -> int:
         """A transactional producer's append: verified with the coordinator (KIP-890
         part 1: the partition must be in its ongoing transaction), then epoch-checked by
         the partition."""

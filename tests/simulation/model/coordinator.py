@@ -45,7 +45,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 from tests.simulation.model import errors
 from tests.simulation.model.clock import Clock
@@ -184,7 +184,7 @@ class TransactionCoordinator:
         self._notify("init", meta)
         return errors.NONE, meta.producer_id, meta.epoch
 
-    def _check_producer(self, meta: Optional[TxnMetadata], producer_id: int, epoch: int,
+    def _check_producer(self, meta: TxnMetadata | None, producer_id: int, epoch: int,
                         adding: bool = False) -> int:
         """The checks every request under a producer id and epoch starts with; ``adding``
         (AddPartitions, a partition's verification): also busy while Prepare*."""
@@ -244,15 +244,15 @@ class TransactionCoordinator:
             return errors.CONCURRENT_TRANSACTIONS
         return errors.INVALID_TXN_STATE
 
-    def describe(self, transactional_id: str) -> Optional[TxnView]:
+    def describe(self, transactional_id: str) -> TxnView | None:
         meta = self.txns.get(transactional_id)
         if meta is None:
             return None  # TRANSACTIONAL_ID_NOT_FOUND
         return TxnView(meta.transactional_id, meta.state, meta.producer_id, meta.epoch, meta.timeout_ms,
                        meta.start_ms, tuple(meta.partitions))
 
-    def list_transactions(self, states: Optional[Sequence[TxnState]] = None,
-                          pattern: Optional[str] = None) -> list[tuple[str, int, TxnState]]:
+    def list_transactions(self, states: Sequence[TxnState] | None = None,
+                          pattern: str | None = None) -> list[tuple[str, int, TxnState]]:
         rx = re.compile(pattern) if pattern else None
         return [(tid, m.producer_id, m.state) for tid, m in sorted(self.txns.items())
                 if (states is None or m.state in states) and (rx is None or rx.search(tid))]

@@ -24,7 +24,7 @@ coordinator's offset store):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from tests.simulation.model import errors
 
@@ -36,12 +36,12 @@ class Record:
     """One entry of a partition: a data record or a control marker."""
 
     offset: int
-    key: Optional[Any]             # str, or bytes from a client that sends bytes
+    key: Any | None             # str, or bytes from a client that sends bytes
     value: Any
     producer_id: int = -1
     epoch: int = -1
-    txn: Optional[int] = None      # serial of the transaction a transactional record belongs to
-    control: Optional[str] = None  # "COMMIT" / "ABORT" for a marker
+    txn: int | None = None      # serial of the transaction a transactional record belongs to
+    control: str | None = None  # "COMMIT" / "ABORT" for a marker
     timestamp: int = -1            # CreateTime, ms (the producer's clock: the shared virtual one)
 
 
@@ -66,7 +66,7 @@ class PartitionLog:
     def open_producers(self) -> list[int]:
         return sorted(self._open)
 
-    def append(self, key: Optional[Any], value: Any, producer_id: int = -1, epoch: int = -1,
+    def append(self, key: Any | None, value: Any, producer_id: int = -1, epoch: int = -1,
                transactional: bool = False, timestamp: int = -1) -> int:
         """Append a data record; an error code, NONE when appended."""
         if producer_id >= 0 and epoch < self._epochs.get(producer_id, -1):
@@ -109,7 +109,7 @@ class PartitionLog:
         opened = self._open.get(producer_id)
         return [] if opened is None else [r for r in self.records[opened[1]:] if r.txn == opened[0]]
 
-    def outcome(self, record: Record) -> Optional[bool]:
+    def outcome(self, record: Record) -> bool | None:
         """Whether ``record``'s transaction committed (None: still open; True for non-transactional)."""
         return True if record.txn is None else self._outcome.get(record.txn)
 
