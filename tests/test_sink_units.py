@@ -474,7 +474,8 @@ def test_an_unknown_outcome_names_what_the_coordinator_shows_and_what_to_check()
     message = txns.unknown_outcome_message(parts)
     assert "etl-0-0 ran under producer 7 epoch 3, its coordinator now shows producer 7 epoch 4, Empty" in message
     assert "etl-1-0 ran under producer 7 epoch 3, its coordinator no longer knows the id" in message
-    for named in ("kafka.transaction.timeout.ms", "transaction.max.timeout.ms", "transactional.id.expiration.ms"):
+    for named in ("kafka.transaction.timeout.ms", "transaction.max.timeout.ms", "transactional.id.expiration.ms",
+                  "read_committed"):
         assert named in message
     # What to check and how to go on: the troubleshooting section (tests/test_structure.py
     # checks it exists), not a runbook in the message.

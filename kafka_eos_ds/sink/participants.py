@@ -125,7 +125,8 @@ class KafkaTransactions:
         return (f"{seen}; each fits an abort (the broker's timeout, sink option 'kafka.transaction.timeout.ms', "
                 f"now {self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms'; or another "
                 "writer of the id) as well as a commit after which the id was initialised again or expired "
-                "('transactional.id.expiration.ms'), so every restart stops here until the output is checked "
+                "('transactional.id.expiration.ms'), so every restart stops here until a read_committed consumer "
+                "has checked the output for the batch's records "
                 "(docs/troubleshooting.md, \"TransactionError: Cannot tell whether batch N of query Q committed\").")
 
     def fence(self, participant_id: str) -> None:
