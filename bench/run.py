@@ -43,6 +43,10 @@ from integration.helpers import create_topic, produce
 SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
 # Table workloads (Kafka -> Spark -> Parquet files) by whether the table is partitioned.
 TABLES = {"table": False, "table partitioned": True}
+# The pipeline's floors (main matrix): the kafka_eos source, or the built-in one, into
+# bench.formats' Python no-op sink.
+FLOOR_EOS = "floor: kafka_eos -> python no-op"
+FLOOR_BUILTIN = "floor: built-in -> python no-op"
 # Variants whose sink steps are timed (bench.formats: a CommitLog per run).
 TIMED_VARIANTS = ("kafka_eos exactly_once", "kafka_eos_file")
 # Workloads that run as streaming queries in micro-batches (the batches column, the timeline).
@@ -60,11 +64,12 @@ class Profile:
     warmup: bool = True
     sink_columns: tuple[str, ...] = tuple(SINK_COLUMNS)  # the sink workloads of the main matrix
     tables: tuple[str, ...] = tuple(TABLES)              # the table workloads of the main matrix
+    pipeline_extras: bool = True  # the main matrix's at-least-once pipeline and the pipeline floors
 
 
 PROFILES = {
     "smoke": Profile((100,), 2, (), (2,), 400_000, 2_000, 1, warmup=False, sink_columns=("sink",),
-                     tables=("table partitioned",)),
+                     tables=("table partitioned",), pipeline_extras=False),
     # Estimated ~19 min on 2 cores at load 3-7, 25-30 min on busier shared cores, before the
     # table workloads, which the estimate puts at ~5 min more (see docs/dev/benchmarks.md);
     # the run prints its estimate first and the time left as it goes.
@@ -224,6 +229,14 @@ class Runner:
             ("pipeline", "kafka_eos exactly_once"): lambda log: w.pipeline(spark, formats.TIMED, bs, topic,
                                                                            self._out(p), per_batch, log),
             ("pipeline", "builtin"): lambda _: w.pipeline(spark, w.BUILTIN, bs, topic, self._out(p), per_batch),
+            ("pipeline", "kafka_eos at_least_once"): lambda _: w.pipeline(spark, w.EOS, bs, topic, self._out(p),
+                                                                          per_batch, guarantee="at_least_once"),
+            # The floors: each source into a Python sink that writes nothing (what a Python
+            # sink pays per task and batch before it writes a record).
+            ("pipeline", FLOOR_EOS): lambda _: w.pipeline(spark, formats.NOOP, bs, topic, self._out(p), per_batch,
+                                                          source=w.EOS),
+            ("pipeline", FLOOR_BUILTIN): lambda _: w.pipeline(spark, formats.NOOP, bs, topic, self._out(p),
+                                                              per_batch, source=w.BUILTIN),
             ("pipeline", "raw"): lambda _: w.raw("forward", bootstrap=bs, topic=topic, out_topic=self._out(p),
                                                  partitions=p),
         }
@@ -242,7 +255,9 @@ class Runner:
         if self.baseline:
             out[("source", "kafka_eos baseline")] = lambda _: w.source_read(spark, formats.BASELINE, bs, topic)
         keep = {k: v for k, v in out.items() if k[0] in c.workloads
-                and (c.main or k[1] not in ("raw", "kafka_eos at_least_once"))}
+                and (c.main or k[1] not in ("raw", "kafka_eos at_least_once"))
+                and (k[0] != "pipeline" or (c.main and self.profile.pipeline_extras)
+                     or k[1] not in ("kafka_eos at_least_once", FLOOR_EOS, FLOOR_BUILTIN))}
         if self.only:
             keep = {k: v for k, v in keep.items() if any(o in (k[0], k[0].split()[0]) or o in k[1] for o in self.only)}
         return keep

@@ -87,15 +87,18 @@ def sink_write(spark, fmt: str, bootstrap: str, records: int, size: int, out_top
 
 
 def pipeline(spark, fmt: str, bootstrap: str, topic: str, out_topic: str, max_offsets: int,
-             commits: CommitLog | None = None, **_) -> Timing:
+             commits: CommitLog | None = None, source: str | None = None, guarantee: str = "exactly_once",
+             **_) -> Timing:
     """Kafka -> Spark -> Kafka with AvailableNow in batches of ``max_offsets`` records:
-    kafka_eos source into the kafka_eos exactly-once sink, or the built-in source into the
-    built-in (at-least-once) sink."""
-    df = _reader(spark, EOS if fmt != BUILTIN else BUILTIN, bootstrap, topic, max_offsets).selectExpr("key", "value")
+    kafka_eos source into the kafka_eos sink (exactly-once, or ``guarantee``), or the
+    built-in source into the built-in (at-least-once) sink; ``source`` overrides the
+    source (the floors: either source into a Python sink that writes nothing)."""
+    source = source or (EOS if fmt != BUILTIN else BUILTIN)
+    df = _reader(spark, source, bootstrap, topic, max_offsets).selectExpr("key", "value")
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
         writer = (df.writeStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
                   .option("topic", out_topic).option("checkpointLocation", ckpt).trigger(availableNow=True))
-        writer = _eos_options(writer, fmt, commits)
+        writer = _eos_options(writer, fmt, commits, guarantee)
         started = time.perf_counter()
         return _streaming(writer.start(), started)
 

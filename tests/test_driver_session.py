@@ -177,6 +177,23 @@ class _Coordinator:
         self.closed += 1
 
 
+class _Metadata:
+    """The sink's metadata client: the cluster's topics, fresh on every call."""
+
+    built: list["_Metadata"] = []
+
+    def __init__(self, conf):
+        self.reads = self.closed = 0
+        _Metadata.built.append(self)
+
+    def topics(self, timeout_s):
+        self.reads += 1
+        return "topics"
+
+    def close(self):
+        self.closed += 1
+
+
 @pytest.fixture
 def driver(monkeypatch):
     """The sink's driver steps on fakes: each step's decision log records its own fence
@@ -193,6 +210,9 @@ def driver(monkeypatch):
             self.fenced = False
             self.closed = False
             logs.append(self)
+
+        def ensure_topic(self, metadata):
+            assert metadata == "topics"
 
         def fence_writers(self):
             self.fenced = True
@@ -213,8 +233,10 @@ def driver(monkeypatch):
             self.closed = True
 
     _Coordinator.built = []
+    _Metadata.built = []
     monkeypatch.setattr(_Coordinator, "state", "Ongoing")
     monkeypatch.setattr(kafka_sink, "TransactionCoordinator", _Coordinator)
+    monkeypatch.setattr(kafka_sink, "MetadataClient", _Metadata)
     monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", StepLog)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=1)
@@ -226,13 +248,15 @@ def _participant(partition=0):
     return Participant(f"etl-{partition}-0", partition, 0, 5, {"producer_id": 7, "epoch": 3})
 
 
-def test_driver_steps_of_one_process_share_one_coordinator_client_but_fence_the_decision_writer_each(driver):
+def test_driver_steps_of_one_process_share_their_clients_but_fence_the_decision_writer_each(driver):
     sink, logs, shared = driver
     for batch in (0, 1, 2):
         sink.commit(WriteId(Kind.STREAM, "q", batch), [_participant()])
     kept = _Coordinator.built
     # Kept, and its broker list read again by each later step, as a new client would.
     assert len(kept) == 1 and (kept[0].closed, kept[0].refreshed) == (0, 2)
+    # So is the metadata client; the topics are read afresh by every step.
+    assert len(_Metadata.built) == 1 and (_Metadata.built[0].reads, _Metadata.built[0].closed) == (3, 0)
     # A decision log per step, its writer fenced before the step read anything, closed after.
     assert len(logs) == 3 and all(log.fenced and log.closed for log in logs)
     assert [(d.batch_id, d.state.value) for _, d in shared.records] == [

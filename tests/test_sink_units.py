@@ -189,7 +189,8 @@ class _ScriptedProducer:
         _ScriptedProducer.calls = [("new", conf)]
 
     def _serve(self):
-        self.conf["stats_cb"]('{"eos": {"idemp_state": "Assigned", "producer_id": 42, "producer_epoch": 3}}')
+        if "stats_cb" in self.conf:  # a transactional producer's
+            self.conf["stats_cb"]('{"eos": {"idemp_state": "Assigned", "producer_id": 42, "producer_epoch": 3}}')
 
     def list_topics(self, topic=None, timeout=None):
         self.calls.append(("metadata", topic))
@@ -246,6 +247,32 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     assert calls[4:6] == [("produce", "out", b"v1", "k1"), ("produce", "out", b"v2", "k2")]
     assert calls[-1] == "flush" and set(calls[6:]) <= {"poll", "flush"}
     assert (msg.transactional_id, msg.producer_id, msg.epoch, msg.records) == ("etl-0-0", 42, 3, 2)
+
+
+@pytest.mark.parametrize("options, connects", [
+    ({"deliveryGuarantee": "at_least_once"}, [("metadata", "out"), ("metadata", "out")]),  # idempotent
+    ({"deliveryGuarantee": "at_least_once", "kafka.acks": "1"}, []),  # not idempotent: no producer id to wait for
+])
+def test_an_idempotent_task_producer_connects_before_its_first_record(monkeypatch, options, connects):
+    """An idempotent producer asks for its producer id before sending anything; unconnected,
+    that waited for librdkafka's 500 ms retry timer in every task (producer_start)."""
+    import confluent_kafka
+    import pyarrow as pa
+
+    from kafka_eos_ds.sink.task_writer import write_partition
+    from kafka_eos_ds.twophase import Kind, WriteId
+    from kafka_eos_ds.twophase.protocol import DoneMark
+    from kafka_eos_ds.twophase.writers import Task
+
+    monkeypatch.setattr(confluent_kafka, "Producer", _ScriptedProducer)
+    _ScriptedProducer.calls = []
+    cfg = SinkConfig.from_options({**OPTS, **options}, SCHEMA)
+    rows = pa.record_batch([pa.array(["k1"]), pa.array([b"v1"])], names=["key", "value"])
+    msg = write_partition(cfg, Task(WriteId(Kind.STREAM, "q", 5), 0, 0), DoneMark(), iter([rows]))
+    new, *calls = _ScriptedProducer.calls
+    assert "transactional.id" not in new[1] and new[1]["enable.idempotence"] is (connects != [])
+    assert calls[:len(connects) + 1] == [*connects, ("produce", "out", b"v1", "k1")]
+    assert msg.records == 1
 
 
 @pytest.mark.parametrize("key, value", [("no.such.setting", "1"), ("linger.ms", "soon"), ("acks", "some")])
@@ -413,6 +440,7 @@ class _DescribingCoordinator:
 def _fence_free(log):
     """The in-memory decision log of the protocol tests, as the sink's driver steps use it."""
     log.events, log.fence_writers, log.close = [], lambda: None, lambda: None
+    log.ensure_topic = lambda metadata: 1
     return log
 
 
@@ -442,6 +470,7 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
     logs = []
     monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: coordinator)
     monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: logs.append(_fence_free(FakeLog())) or logs[-1])
+    monkeypatch.setattr(kafka_sink, "cluster_metadata", lambda config: None)  # the fake log needs no topics
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
     config = SinkConfig.from_options({**OPTS, "kafka.transaction.timeout.ms": str(timeout_ms)}, SCHEMA)

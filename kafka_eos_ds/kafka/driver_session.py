@@ -1,4 +1,5 @@
-"""The driver process's transaction-coordinator clients, kept from one driver step to the next.
+"""The driver process's clients (the transaction-coordinator client, the sink's metadata
+client), kept from one driver step to the next.
 
 Spark runs a query's driver steps (the planner's recovery, each batch's commit, an abort)
 in Python workers that it keeps for later steps (``spark.python.worker.reuse``, on by
@@ -60,14 +61,15 @@ class ClientSessions:
     Parameters
     ----------
     capacity : int
-        How many clients are kept at most (a process serves the steps of a few sinks).
+        How many clients are kept at most (a process serves the steps of a few sinks, two
+        clients each).
     max_age_s : float
         A client is not reused once this old.
     clock : callable
         Seconds, monotonic (a test hands in its own).
     """
 
-    def __init__(self, capacity: int = 4, max_age_s: float = 600.0,
+    def __init__(self, capacity: int = 8, max_age_s: float = 600.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.capacity = max(1, capacity)
         self.max_age_s = max_age_s

@@ -157,8 +157,11 @@ class KafkaSink:
                               on_reuse=lambda kept: kept.refresh()) as coordinator:
             decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, prefix, write.writer)
             try:
-                if metadata is not None:
-                    self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
+                # The commit-log topic's partitions, from a fresh read of the cluster's topics
+                # (the planner's, or one on the kept metadata client).
+                if metadata is None:
+                    metadata = self._retry(lambda: cluster_metadata(cfg), "Could not read the cluster's topics")
+                self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
                 # Before any read: a stalled write of an earlier driver cannot land after it.
                 self._retry(decisions.fence_writers, "Could not start the commit-log writer")
                 transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
@@ -230,15 +233,33 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
     return TwoPhaseBatchWriter(sink, options)
 
 
-def cluster_metadata(config: SinkConfig, timeout_s: float = 15.0) -> Any:
-    """The cluster's topics and brokers (confluent-kafka ClusterMetadata)."""
-    from confluent_kafka.admin import AdminClient
+class MetadataClient:
+    """An admin client that reads the cluster's topics, with its error watch. The driver
+    process keeps it between steps, like its coordinator client (:mod:`~kafka_eos_ds.kafka.driver_session`):
+    a new one paid a bootstrap connection in every planner and commit step (~15 ms each on
+    loopback, a TLS or SASL handshake more on a secured cluster)."""
 
-    watch = AuthWatch()
-    conf = client_config(config.producer, "sink_metadata", error_cb=watch)
-    admin = AdminClient(conf)
-    with mapping_client_errors("read the cluster's topics", conf, watch=watch, client=admin):
-        # All topics, not the one topic: a metadata request naming it could auto-create it.
-        return admin.list_topics(timeout=timeout_s)
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.watch = AuthWatch()
+        self.conf = client_config(settings, "sink_metadata", error_cb=self.watch)
+        self.admin = AdminClient(self.conf)
+
+    def topics(self, timeout_s: float) -> Any:
+        self.watch.error = None  # an error an earlier step saw explains nothing now
+        with mapping_client_errors("read the cluster's topics", self.conf, watch=self.watch, client=self.admin):
+            # All topics, not the one topic: a metadata request naming it could auto-create it.
+            return self.admin.list_topics(timeout=timeout_s)
+
+    def close(self) -> None:
+        del self.admin  # librdkafka destroys the client with its last reference
+
+
+def cluster_metadata(config: SinkConfig, timeout_s: float = 15.0) -> Any:
+    """The cluster's topics and brokers (confluent-kafka ClusterMetadata), fresh, through
+    the process's kept :class:`MetadataClient`."""
+    with SESSIONS.session(config.producer, MetadataClient) as client:
+        return client.topics(timeout_s)
 
 

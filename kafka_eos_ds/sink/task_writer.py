@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.errors import AuthWatch, producer_error
-from kafka_eos_ds.kafka.producer_start import init_transactions
+from kafka_eos_ds.kafka.producer_start import connect, init_transactions
 from kafka_eos_ds.kafka.settings import LIBRDKAFKA_LOGGER, client_config
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.config import SinkConfig
@@ -126,6 +126,9 @@ class _PartitionWriter:
             if self.config.exactly_once:
                 init_transactions(self.producer, self.config.topic or self.config.commit_log_topic)
                 self.producer.begin_transaction()
+            elif self.config.idempotent:
+                # Its producer id is looked up before its first record is sent (producer_start).
+                connect(self.producer, self.config.topic)
         except KafkaException as exc:
             raise producer_error(exc.args[0], self.conf, watch=self.watch, client=self.producer) from exc
 
