@@ -202,6 +202,61 @@ def test_one_steps_reads_share_one_fetch_of_the_log_until_it_writes(sink):
     log.close()
 
 
+def _wait_for(check, what, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.full  # the 3-broker cluster of the chaos suite
+def test_a_commit_log_read_that_meets_a_moved_leader_is_retried_not_given_up(kafka3):
+    # A broker bounce moves partition leaders; a driver step's read of the commit log
+    # that reached the old leader got NOT_LEADER_FOR_PARTITION, which librdkafka does
+    # not flag retriable in a watermark query's answer, and the planner failed the query
+    # for good (the chaos suite's "1->1 partition, order kept" run, 2026-11-25).
+    from confluent_kafka.admin import NewTopic
+    from kafka import TopicPartition as KafkaPythonPartition
+    from kafka.admin import KafkaAdminClient
+
+    from kafka_eos_ds.errors import KafkaClientError
+    from kafka_eos_ds.twophase.retrying import retrying
+
+    conf = {"bootstrap.servers": kafka3.bootstrap}
+    topic = unique_name("log")
+    admin = AdminClient(conf)
+    brokers = sorted(admin.list_topics(timeout=10).brokers)
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[brokers],
+                                  config={"cleanup.policy": "compact"})])[topic].result(30)
+
+    def partition():
+        return admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+
+    _wait_for(lambda: partition().leader == brokers[0], "the first leader")
+    log = KafkaDecisionLog(conf, topic, "moved")
+    try:
+        log.fence_writers()
+        log.write("q:q", Decision("q", 0, DONE))
+        assert log.latest("q:q").batch_id == 0  # the log's readers know the partition's leader now
+        moved = brokers[1:] + brokers[:1]
+        mover = KafkaAdminClient(bootstrap_servers=kafka3.bootstrap)
+        try:
+            mover.alter_partition_reassignments({KafkaPythonPartition(topic, 0): moved})
+            _wait_for(lambda: list(partition().replicas) == moved, "the reassignment")
+            mover.elect_leaders(0, {topic: [0]})  # the preferred replica, now another broker
+        finally:
+            mover.close()
+        _wait_for(lambda: partition().leader == moved[0], "the new leader")
+        log.write("q:q", Decision("q", 1, DONE))  # the next step's read reads again
+        with pytest.raises(KafkaClientError, match="Not leader") as stale:
+            log.latest("q:q")  # asked of the old leader
+        assert stale.value.retriable
+        found = retrying(lambda: log.latest("q:q"), "Could not read the sink's decisions", 60)
+        assert (found.batch_id, found.state) == (1, DONE)
+    finally:
+        log.close()
+
+
 def test_a_stalled_decision_write_fenced_by_a_later_step_never_becomes_visible(sink):
     stale = Decision("q", 4, DECIDED, (Participant(f"{sink.prefix}-0-0", 0, 0, 5, {"producer_id": 1, "epoch": 0}),))
     entered, release = threading.Event(), threading.Event()

@@ -22,7 +22,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from kafka_eos_ds import errors as project_errors
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, KafkaEosError, TransactionFencedError
-from kafka_eos_ds.kafka.errors import AuthWatch, client_error, mapping_client_errors, producer_error
+from kafka_eos_ds.kafka.errors import (
+    TRANSIENT_BROKER_CODES,
+    AuthWatch,
+    client_error,
+    mapping_client_errors,
+    producer_error,
+)
 from kafka_eos_ds.kafka.settings import ClientParams, client_config
 
 CONF = {"bootstrap.servers": "h:1"}
@@ -176,7 +182,8 @@ def intended(name: str, retriable: bool, abortable: bool) -> tuple[str, bool]:
         return EXPLAINED[name], False
     if name in UNREACHABLE:
         return "cannot reach Kafka at h:1", True
-    return "the broker's reason", retriable or abortable  # an abortable transaction can run again
+    # An abortable transaction can run again; a leader or coordinator moving is asked again.
+    return "the broker's reason", retriable or abortable or LIBRDKAFKA_CODES[name] in TRANSIENT_BROKER_CODES
 
 
 def intended_for_a_producer(name: str, retriable: bool, abortable: bool) -> tuple[type, str, bool]:
@@ -228,6 +235,17 @@ def test_every_librdkafka_error_of_a_task_producer_is_mapped():
                 if described(error) != (kind, again) or text not in str(error):
                     wrong.append((name, retriable, abortable, undelivered, str(error)))
     assert wrong == []
+
+
+def test_a_leader_moving_is_retriable_though_librdkafka_does_not_flag_it():
+    # As a watermark query raises it when it reached a broker that no longer leads the
+    # partition (a broker bounce): it once failed a query's planner step for good.
+    err = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "Failed to get watermark offsets: Broker: Not leader")
+    assert not err.retriable()
+    error = mapped(KafkaException(err), conf=CONF)
+    assert described(error) == (KafkaClientError, True) and "Not leader" in str(error)
+    for code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.INVALID_CONFIG):  # not transient: said at once
+        assert not mapped(KafkaException(KafkaError(code)), conf=CONF).retriable
 
 
 def test_records_purged_with_their_failed_transaction_carry_its_cause():

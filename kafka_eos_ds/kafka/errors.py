@@ -22,6 +22,10 @@ librdkafka ``_TRANSPORT``, ``_ALL_BROKERS_DOWN``,    cannot reach Kafka at ...  
 ``_TIMED_OUT``, ``_RESOLVE``; kafka-python
 ``KafkaConnectionError``, ``KafkaTimeoutError``;
 ``OSError``
+a broker's answer that Kafka calls retriable:        its text                       yes
+a leader or coordinator moving or loading,
+too few in-sync replicas, a request timed out
+(:data:`TRANSIENT_BROKER_CODES`)
 any other librdkafka error                           its text                       as librdkafka says
                                                                                     (retriable or abortable)
 any other kafka-python ``KafkaError``                its text                       its class's ``retriable``
@@ -151,6 +155,28 @@ def producer_error(err: Any, conf: Mapping[str, Any], *, topic: str | None = Non
     return client_error(what, err, conf, watch=watch, client=client)
 
 
+# Error codes of a broker's answer that say "ask again shortly" (Kafka's RetriableException
+# kinds): librdkafka flags them retriable only where it would retry itself, and not at all
+# in the answer to some calls (a watermark query that reached a broker which no longer
+# leads the partition reports NOT_LEADER_FOR_PARTITION unflagged). Missing topics and
+# partitions are not among them: the project reports those as configuration errors.
+TRANSIENT_BROKER_CODES = frozenset({
+    5,   # LEADER_NOT_AVAILABLE
+    6,   # NOT_LEADER_FOR_PARTITION
+    7,   # REQUEST_TIMED_OUT
+    13,  # NETWORK_EXCEPTION
+    14,  # COORDINATOR_LOAD_IN_PROGRESS
+    15,  # COORDINATOR_NOT_AVAILABLE
+    16,  # NOT_COORDINATOR
+    19,  # NOT_ENOUGH_REPLICAS
+    20,  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    56,  # KAFKA_STORAGE_ERROR
+    74,  # FENCED_LEADER_EPOCH
+    75,  # UNKNOWN_LEADER_EPOCH
+    78,  # OFFSET_NOT_AVAILABLE
+})
+
+
 def _mapped(what: str, exc: Exception, conf: Mapping[str, Any], watch: AuthWatch | None, client: Any,
             fix: str | None) -> KafkaEosError | None:
     from confluent_kafka import KafkaError, KafkaException
@@ -172,7 +198,7 @@ def _mapped(what: str, exc: Exception, conf: Mapping[str, Any], watch: AuthWatch
         return KafkaClientError(f"{what}: cannot reach Kafka at {servers} ({detail}){end}", retriable=True)
     if err is not None:
         # An abortable transaction error: the transaction can be aborted and run again.
-        retriable = bool(err.retriable() or err.txn_requires_abort())
+        retriable = bool(err.retriable() or err.txn_requires_abort() or err.code() in TRANSIENT_BROKER_CODES)
     else:  # kafka-python's own classification (a KafkaException without an error: no)
         retriable = bool(getattr(exc, "retriable", False)) and not librdkafka
     return KafkaClientError(f"{what}: {detail}{end}", retriable=retriable)
