@@ -36,7 +36,7 @@ from integration.test_sink_crash import (
 )
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog, LogClients
+from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.kafka_sink import KafkaSink
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.task_writer import _PartitionWriter
@@ -159,47 +159,6 @@ def sink(kafka, new_topic):
             return KafkaDecisionLog(S.conf, S.log_topic, S.prefix)
 
     return S
-
-
-class _CountingClients(LogClients):
-    """The log's real clients, counting the reads of the log (each read assigns the partition)."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-
-    def consumer(self, conf):
-        consumer, counter = super().consumer(conf), self
-
-        class Counting:
-            def assign(self, partitions):
-                counter.reads += 1
-                return consumer.assign(partitions)
-
-            def __getattr__(self, name):
-                return getattr(consumer, name)
-
-        return Counting()
-
-
-def test_one_steps_reads_share_one_fetch_of_the_log_until_it_writes(sink):
-    clients = _CountingClients()
-    log = KafkaDecisionLog(sink.conf, sink.log_topic, sink.prefix, clients=clients)
-    log.fence_writers()
-    log.write("q:q", Decision("q", 0, DONE))
-    log.write("a:app", Decision("app", 3, DONE))
-    before = clients.reads
-    # What a planner step reads before it acts: its own latest, the sink's latest stream
-    # decision, another writer's; one fetch of the log answers them all.
-    assert log.latest("q:q").batch_id == 0
-    assert log.latest_of(Kind.STREAM.value).query_id == "q"
-    assert log.latest("a:app").batch_id == 3
-    assert log.latest("q:other") is None
-    assert clients.reads == before + 1
-    # A write drops what was read: the next read fetches again and sees it.
-    log.write("q:q", Decision("q", 1, DONE))
-    assert log.latest("q:q").batch_id == 1
-    assert clients.reads == before + 2
-    log.close()
 
 
 def _wait_for(check, what, seconds=60.0):

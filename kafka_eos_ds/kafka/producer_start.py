@@ -10,7 +10,7 @@ the bootstrap server, the second connects a broker it learned, which stays up.
 An idempotent producer (``at_least_once``'s default) asks for its producer id the same
 way before it sends its first record, and waited the same timer: an ``at_least_once``
 pipeline of 10 micro-batches ran 2x slower than the exactly-once one (docs/dev/benchmarks.md,
-"Driver steps: one read per step; the pipeline's floors"). It is connected first too
+"Driver steps and the pipeline's floors"). It is connected first too
 (:func:`connect`).
 """
 

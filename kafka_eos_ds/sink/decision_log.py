@@ -91,10 +91,6 @@ class KafkaDecisionLog:
         self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
         self._partitions: int | None = None
         self._partition: int | None = None  # where this prefix's decisions are, once looked up
-        # What this step read, until it writes: the settled range of each partition read,
-        # and the windows read in it (see _snapshot_dropped).
-        self._ranges: dict[int, tuple[int, int]] = {}
-        self._windows: dict[tuple[int, int, int], list[tuple[int, bytes, Any, int]]] = {}
 
     # -- topic --------------------------------------------------------------
 
@@ -108,15 +104,11 @@ class KafkaDecisionLog:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import NewTopic
 
-        admin: AdminLike | None = None
+        admin = self._clients.admin(client_config(self._conf, "commit_log"))
         try:
-            if metadata is None:
-                admin = self._clients.admin(client_config(self._conf, "commit_log"))
-                metadata = admin.list_topics(timeout=15)
-            md = metadata
+            md = metadata if metadata is not None else admin.list_topics(timeout=15)
             existing = md.topics.get(self.topic)
             if existing is None or existing.error is not None:
-                admin = admin or self._clients.admin(client_config(self._conf, "commit_log"))
                 rf = min(3, len(md.brokers))
                 config = {"cleanup.policy": "compact", "min.insync.replicas": str(min(2, rf))}
                 fut = admin.create_topics([NewTopic(self.topic, 1, rf, config=config)], operation_timeout=30)
@@ -151,7 +143,6 @@ class KafkaDecisionLog:
 
         if self._producer is not None:
             return
-        self._drop_snapshot()
         self.ensure_topic()  # the topic exists, as compacted, before a producer asks for it
         producer = self._clients.producer(client_config(self._conf, "commit_log", **{
             "transactional.id": transactional_ids.decision_writer(self.prefix, self.writer), "acks": "all",
@@ -177,7 +168,6 @@ class KafkaDecisionLog:
 
         partition = self._locate()
         self.fence_writers()
-        self._drop_snapshot()  # whatever happens to this write, the next read reads again
         producer = self._producer
         try:
             producer.begin_transaction()
@@ -304,24 +294,9 @@ class KafkaDecisionLog:
             self._readers = (consumer("read_committed"), consumer("read_uncommitted"))
         return self._readers
 
-    def _drop_snapshot(self) -> None:
-        """Forget what was read. The reads of one driver step before its first write (the
-        recovery's own latest and the sink's latest stream decision, the lost-log check)
-        share one snapshot: the step acts on them together, so reading them at one instant
-        is what it needs, and each further read cost a fetch round trip or two (~25 ms
-        per read on loopback, three or four reads a step). A write drops it: a read after
-        a write sees the write."""
-        self._ranges.clear()
-        self._windows.clear()
-
     def _settled_range(self, partition: int) -> tuple[int, int]:
         """``(low, end)`` of what a read_committed reader may trust: ``end`` is the last
         stable offset once it has reached the high watermark seen when the read started."""
-        if partition not in self._ranges:
-            self._ranges[partition] = self._settle(partition)
-        return self._ranges[partition]
-
-    def _settle(self, partition: int) -> tuple[int, int]:
         from confluent_kafka import TopicPartition
 
         committed, uncommitted = self._consumers()
@@ -341,12 +316,6 @@ class KafkaDecisionLog:
 
     def _read_window(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, Any, int]]:
         """``(offset, key, value, timestamp ms)`` of the committed records in ``[start, end)``."""
-        key = (partition, start, end)
-        if key not in self._windows:
-            self._windows[key] = self._fetch_window(partition, start, end)
-        return self._windows[key]
-
-    def _fetch_window(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, Any, int]]:
         from confluent_kafka import KafkaError, TopicPartition
 
         consumer = self._consumers()[0]
@@ -371,7 +340,6 @@ class KafkaDecisionLog:
     def close(self) -> None:
         # Every write committed or aborted its transaction before returning: nothing to flush.
         self._producer = None
-        self._drop_snapshot()
         readers, self._readers = self._readers, None
         for consumer in readers or ():
             consumer.close()

@@ -59,12 +59,10 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "abandon-before-log": (abandon_before_log, set(),
                            "fixed: abandoning fenced before recording 'abandoned'; a crash between the two steps "
                            "(now record, then fence) leaves the next driver going on"),
-    "zombie-driver-recovery": (zombie_driver_recovery, {"decided-fenced", "false-lost", "left-open"},
+    "zombie-driver-recovery": (zombie_driver_recovery, {"decided-fenced", "false-lost"},
                                "a driver that read the log, stalled and came back fences (recovery) the open "
                                "transactions of a batch a newer driver decided meanwhile: that batch is lost; the "
-                               "committed ones it fenced after their commit are then reported lost too; a task the "
-                               "zombie launches after the newer driver's last sweep leaves its transaction open "
-                               "until the broker's timeout aborts it"),
+                               "committed ones it fenced after their commit are then reported lost too"),
     "zombie-driver-sweep": (zombie_driver_sweep, {"decided-fenced", "false-lost"},
                             "a driver that stalled after committing batch 0 comes back and sweeps the sink's open "
                             "transactions (its post-commit sweep, then Spark's abort once its 'done' write is "
