@@ -47,6 +47,8 @@ TABLES = {"table": False, "table partitioned": True}
 # bench.formats' Python no-op sink.
 FLOOR_EOS = "floor: kafka_eos -> python no-op"
 FLOOR_BUILTIN = "floor: built-in -> python no-op"
+# Pipeline variants of the main matrix only, and only where the profile asks for them.
+PIPELINE_EXTRAS = ("kafka_eos at_least_once", FLOOR_EOS, FLOOR_BUILTIN)
 # Variants whose sink steps are timed (bench.formats: a CommitLog per run).
 TIMED_VARIANTS = ("kafka_eos exactly_once", "kafka_eos_file")
 # Workloads that run as streaming queries in micro-batches (the batches column, the timeline).
@@ -254,10 +256,10 @@ class Runner:
                                                                           "at_least_once", p)
         if self.baseline:
             out[("source", "kafka_eos baseline")] = lambda _: w.source_read(spark, formats.BASELINE, bs, topic)
+        extras = c.main and self.profile.pipeline_extras
         keep = {k: v for k, v in out.items() if k[0] in c.workloads
                 and (c.main or k[1] not in ("raw", "kafka_eos at_least_once"))
-                and (k[0] != "pipeline" or (c.main and self.profile.pipeline_extras)
-                     or k[1] not in ("kafka_eos at_least_once", FLOOR_EOS, FLOOR_BUILTIN))}
+                and (extras or k[0] != "pipeline" or k[1] not in PIPELINE_EXTRAS)}
         if self.only:
             keep = {k: v for k, v in keep.items() if any(o in (k[0], k[0].split()[0]) or o in k[1] for o in self.only)}
         return keep

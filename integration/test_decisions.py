@@ -161,13 +161,6 @@ def sink(kafka, new_topic):
     return S
 
 
-def _wait_for(check, what, seconds=60.0):
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 @pytest.mark.full  # the 3-broker cluster of the chaos suite
 def test_a_commit_log_read_that_meets_a_moved_leader_is_retried_not_given_up(kafka3):
     # A broker bounce moves partition leaders; a driver step's read of the commit log
@@ -191,7 +184,7 @@ def test_a_commit_log_read_that_meets_a_moved_leader_is_retried_not_given_up(kaf
     def partition():
         return admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
 
-    _wait_for(lambda: partition().leader == brokers[0], "the first leader")
+    _wait(lambda: partition().leader == brokers[0], what="the first leader")
     log = KafkaDecisionLog(conf, topic, "moved")
     try:
         log.fence_writers()
@@ -201,11 +194,11 @@ def test_a_commit_log_read_that_meets_a_moved_leader_is_retried_not_given_up(kaf
         mover = KafkaAdminClient(bootstrap_servers=kafka3.bootstrap)
         try:
             mover.alter_partition_reassignments({KafkaPythonPartition(topic, 0): moved})
-            _wait_for(lambda: list(partition().replicas) == moved, "the reassignment")
+            _wait(lambda: list(partition().replicas) == moved, what="the reassignment")
             mover.elect_leaders(0, {topic: [0]})  # the preferred replica, now another broker
         finally:
             mover.close()
-        _wait_for(lambda: partition().leader == moved[0], "the new leader")
+        _wait(lambda: partition().leader == moved[0], what="the new leader")
         log.write("q:q", Decision("q", 1, DONE))  # the next step's read reads again
         with pytest.raises(KafkaClientError, match="Not leader") as stale:
             log.latest("q:q")  # asked of the old leader

@@ -104,11 +104,17 @@ class KafkaDecisionLog:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import NewTopic
 
-        admin = self._clients.admin(client_config(self._conf, "commit_log"))
+        # An admin client only when one is needed: every driver step hands in the metadata
+        # it read, and the topic exists in all but the first.
+        admin: AdminLike | None = None
         try:
-            md = metadata if metadata is not None else admin.list_topics(timeout=15)
+            if metadata is None:
+                admin = self._clients.admin(client_config(self._conf, "commit_log"))
+                metadata = admin.list_topics(timeout=15)
+            md = metadata
             existing = md.topics.get(self.topic)
             if existing is None or existing.error is not None:
+                admin = admin or self._clients.admin(client_config(self._conf, "commit_log"))
                 rf = min(3, len(md.brokers))
                 config = {"cleanup.policy": "compact", "min.insync.replicas": str(min(2, rf))}
                 fut = admin.create_topics([NewTopic(self.topic, 1, rf, config=config)], operation_timeout=30)
