@@ -160,6 +160,16 @@ class CommitLog:
         Path(self.path).unlink(missing_ok=True)
         return [json.loads(line) for line in lines if line.strip()]
 
+    def add_to(self, target: Any) -> None:
+        """Append what the steps wrote to ``target``'s lists: ``task_s`` and ``task_input_s``
+        per task, ``prepare_s`` and ``commit_s`` per batch."""
+        for step in self.steps():
+            if step["step"] == "task":
+                target.task_s.append(step["seconds"])
+                target.task_input_s.append(step["input_s"])
+            else:
+                {"commit": target.commit_s, "prepare": target.prepare_s}[step["step"]].append(step["seconds"])
+
 
 def _baseline_source(rev: str) -> type:
     """A data source whose stream reader reads with ``reading.py`` at git revision ``rev``."""

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bench import formats
 from bench import workloads as w
 from bench.run import percentile
 from integration.helpers import create_topic
@@ -51,6 +52,13 @@ class LatencyRun:
     duplicates: int = 0
     latencies_ms: list = field(default_factory=list)
     load: float = 0.0
+    # Where a micro-batch's time goes: Spark's durationMs per batch with input, and (the
+    # exactly-once sink as kafka_eos_timed) its planner check, tasks and driver commit.
+    spark_ms: dict = field(default_factory=dict)
+    prepare_s: list = field(default_factory=list)
+    commit_s: list = field(default_factory=list)
+    task_s: list = field(default_factory=list)
+    task_input_s: list = field(default_factory=list)
 
     def percentile(self, q: float) -> float | None:
         return percentile(self.latencies_ms, q)
@@ -121,20 +129,29 @@ def _read_out(bootstrap: str, topic: str, partitions: int, run: LatencyRun, stop
         consumer.close()
 
 
+def start_query(spark, variant: str, bootstrap: str, in_topic: str, out_topic: str, ckpt: str,
+                commits: formats.CommitLog | None = None):
+    """The pipeline under test: ``variant``'s source on IN into its sink on OUT, default
+    trigger (with ``commits``, kafka_eos's sink as kafka_eos_timed: the same writers, timed)."""
+    fmt = VARIANTS[variant]
+    df = w._reader(spark, fmt, bootstrap, in_topic).selectExpr("key", "value")
+    sink = formats.TIMED if commits and fmt == w.EOS else fmt
+    writer = (df.writeStream.format(sink).option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", out_topic).option("checkpointLocation", ckpt))
+    return w._eos_options(writer, sink, commits).start()
+
+
 def measure(spark, bootstrap: str, variant: str, rate: int, size: int, partitions: int, seconds: float,
             warmup: float, log) -> LatencyRun:
-    fmt = VARIANTS[variant]
     in_topic = create_topic(bootstrap, f"latency-in-{uuid.uuid4().hex[:8]}", partitions)
     out_topic = create_topic(bootstrap, f"latency-out-{uuid.uuid4().hex[:8]}", partitions)
     run = LatencyRun(variant, rate, size, partitions)
     stop = threading.Event()
     reader = threading.Thread(target=_read_out, args=(bootstrap, out_topic, partitions, run, stop), daemon=True)
     reader.start()
+    commits = formats.CommitLog() if VARIANTS[variant] == w.EOS else None
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as ckpt:
-        df = w._reader(spark, fmt, bootstrap, in_topic).selectExpr("key", "value")
-        writer = (df.writeStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-                  .option("topic", out_topic).option("checkpointLocation", ckpt))
-        query = w._eos_options(writer, fmt, None).start()
+        query = start_query(spark, variant, bootstrap, in_topic, out_topic, ckpt, commits)
         try:
             run.load = os.getloadavg()[0]
             _send_steadily(bootstrap, in_topic, rate, size, seconds, warmup, run, stop)
@@ -147,6 +164,12 @@ def measure(spark, bootstrap: str, variant: str, rate: int, size: int, partition
             stop.set()
             query.stop()
             reader.join(30)
+    for p in query.recentProgress:
+        if p["numInputRows"] > 0:
+            for name, ms in p["durationMs"].items():
+                run.spark_ms.setdefault(name, []).append(ms)
+    if commits:
+        commits.add_to(run)
     log(f"{variant:<24} sent {run.sent:,} counted {run.counted:,} received {run.received:,} "
         f"p50 {run.percentile(0.5) or 0:.0f} ms p99 {run.percentile(0.99) or 0:.0f} ms load {run.load:.1f}")
     return run
@@ -167,8 +190,21 @@ def summary(runs: list[LatencyRun]) -> list[dict]:
                      "mean_ms": statistics.fmean(every) if every else None,
                      "p50_per_run_ms": [r.percentile(0.5) for r in mine],
                      "p99_per_run_ms": [r.percentile(0.99) for r in mine],
-                     "load": [round(r.load, 1) for r in mine]})
+                     "load": [round(r.load, 1) for r in mine], "batch_p50_ms": _batch_profile(mine)})
     return rows
+
+
+def _batch_profile(runs: list[LatencyRun]) -> dict:
+    """Median ms of each step of a micro-batch with input (Spark's recentProgress: the last
+    100 batches of each run; the sink's steps: every batch)."""
+    steps = {f"spark {name}": [v for r in runs for v in r.spark_ms.get(name, [])]
+             for name in ("triggerExecution", "latestOffset", "queryPlanning", "addBatch", "walCommit",
+                          "commitOffsets")}
+    steps.update({"sink planner": [s * 1000 for r in runs for s in r.prepare_s],
+                  "sink task": [s * 1000 for r in runs for s in r.task_s],
+                  "sink task input wait": [s * 1000 for r in runs for s in r.task_input_s],
+                  "sink commit": [s * 1000 for r in runs for s in r.commit_s]})
+    return {name: statistics.median(values) for name, values in steps.items() if values}
 
 
 def markdown(rows: list[dict], settings: dict) -> str:
@@ -188,6 +224,12 @@ def markdown(rows: list[dict], settings: dict) -> str:
                      f"{', '.join(ms(v) for v in r['p50_per_run_ms'])} | "
                      f"{', '.join(ms(v) for v in r['p99_per_run_ms'])} | "
                      f"{', '.join(str(v) for v in r['load'])} |")
+    names = list(dict.fromkeys(n for r in rows for n in r["batch_p50_ms"]))
+    if names:
+        lines += ["", "Where a micro-batch with input spends its time, median ms (Spark's `durationMs`; the sink's "
+                  "steps timed by kafka_eos_timed):", "", "| step | " + " | ".join(r["variant"] for r in rows) + " |",
+                  "|---|" + "---:|" * len(rows)]
+        lines += [f"| {n} | " + " | ".join(ms(r["batch_p50_ms"].get(n)) for r in rows) + " |" for n in names]
     return "\n".join(lines) + "\n"
 
 
@@ -207,6 +249,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
 
+    from bench.cluster import bench_kafka
     from bench.run import _spark
     from integration.builtin_kafka import builtin_kafka_jars
 
@@ -214,35 +257,29 @@ def main(argv=None) -> int:
         print(line, flush=True)
 
     jars, connector = builtin_kafka_jars()
-    cluster, bootstrap = None, args.bootstrap
-    if bootstrap is None:
-        from kafka_eos_tools.broker.cluster import EmbeddedKafka
-
-        cluster = EmbeddedKafka(tempfile.mkdtemp(prefix="bench-kafka-"))
-        bootstrap = cluster.start()
-    settings = {**{k: v for k, v in vars(args).items() if k not in ("bootstrap", "out")},
-                "date": time.strftime("%Y-%m-%d"), "pyspark": pyspark.__version__, "builtin_connector": connector,
-                "cpus": os.cpu_count(), "kafka": "embedded" if cluster else f"at {bootstrap}"}
     runs: list[LatencyRun] = []
     failed: list[str] = []
-    spark = _spark(jars)
-    try:
-        order = list(VARIANTS)
-        for rep in range(args.reps):
-            for variant in (order if rep % 2 == 0 else order[::-1]):
-                try:
-                    runs.append(measure(spark, bootstrap, variant, args.rate, args.size, args.partitions,
-                                        args.seconds, args.warmup, log))
-                except Exception as exc:  # one failed run must not lose the others
-                    failed.append(f"{variant}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
-                    log(f"{variant} FAILED: {failed[-1]}")
-    finally:
-        spark.stop()
-        if cluster is not None:
-            cluster.stop()
+    with bench_kafka(args.bootstrap) as (bootstrap, kafka):
+        settings = {**{k: v for k, v in vars(args).items() if k not in ("bootstrap", "out")},
+                    "date": time.strftime("%Y-%m-%d"), "pyspark": pyspark.__version__,
+                    "builtin_connector": connector, "cpus": os.cpu_count(), "kafka": kafka}
+        spark = _spark(jars)
+        try:
+            order = list(VARIANTS)
+            for rep in range(args.reps):
+                for variant in (order if rep % 2 == 0 else order[::-1]):
+                    try:
+                        runs.append(measure(spark, bootstrap, variant, args.rate, args.size, args.partitions,
+                                            args.seconds, args.warmup, log))
+                    except Exception as exc:  # one failed run must not lose the others
+                        failed.append(f"{variant}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+                        log(f"{variant} FAILED: {failed[-1]}")
+        finally:
+            spark.stop()
     rows = summary(runs)
     (out / "latency.json").write_text(json.dumps({"settings": settings, "results": rows, "failures": failed,
-                                                  "runs": [{**asdict(r), "latencies_ms": None} for r in runs]},
+                                                  "runs": [{**asdict(r), "latencies_ms": None, "spark_ms": None}
+                                                           for r in runs]},
                                                  indent=2))
     text = markdown(rows, settings) + "".join(f"\nFAILED: {f}\n" for f in failed)
     (out / "latency.md").write_text(text)

@@ -301,12 +301,7 @@ class Runner:
                 for name, ms in (timing.batch_ms or {}).items():
                     m.spark_ms.setdefault(name, []).extend(ms)
                 if commits:
-                    for step in commits.steps():
-                        if step["step"] == "task":
-                            m.task_s.append(step["seconds"])
-                            m.task_input_s.append(step["input_s"])
-                        else:
-                            {"commit": m.commit_s, "prepare": m.prepare_s}[step["step"]].append(step["seconds"])
+                    commits.add_to(m)
                 m.worker_peak_mb = max(m.worker_peak_mb, mem.peak_total / 1e6)
                 m.worker_largest_mb = max(m.worker_largest_mb, mem.peak_one / 1e6)
                 batches = f"{c.batches:>3} batches" if key[0] in MICRO_BATCHED else " " * 11

@@ -34,7 +34,7 @@ from integration.test_sink_crash import (
     _visible_once_markers_land,
     pipeline,  # noqa: F401  (fixture)
 )
-from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.errors import KafkaClientError, TransactionError
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.kafka_sink import KafkaSink
@@ -51,6 +51,18 @@ def _wait(condition, seconds=60, what="condition"):
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
+
+
+def _retried(call, seconds=60):
+    """``call()`` until it succeeds: a fresh broker's group coordinator takes a moment to load."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except KafkaClientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _partitions_moving(prefix):
@@ -130,16 +142,19 @@ def test_a_committed_batch_whose_id_was_initialised_again_is_never_reported_lost
 @pytest.fixture
 def sink(kafka, new_topic):
     """A sink on a fresh output topic, prefix and commit log; its driver and a task helper."""
-    topic = new_topic(1, prefix="out")
+    return _sink(kafka, new_topic(1, prefix="out"))
+
+
+def _sink(kafka, topic, **options):
+    log_topic = unique_name("log")
 
     class S:
         conf = {"bootstrap.servers": kafka.bootstrap}
         output = topic
-        log_topic = unique_name("log")
         prefix = f"dec-{topic}"
         config = SinkConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
                                           "transactionalIdPrefix": f"dec-{topic}",
-                                          "commitLogTopic": log_topic}, SCHEMA)
+                                          "commitLogTopic": log_topic, **options}, SCHEMA)
         driver = KafkaSink(config, commit_timeout_s=30)
 
         @staticmethod
@@ -156,7 +171,7 @@ def sink(kafka, new_topic):
 
         @staticmethod
         def log():
-            return KafkaDecisionLog(S.conf, S.log_topic, S.prefix)
+            return KafkaDecisionLog(S.conf, log_topic, S.prefix)
 
     return S
 
@@ -267,6 +282,57 @@ def test_a_lost_checkpoints_decision_whose_start_cannot_be_told_fails_recovery(s
         committer.participants.coordinator.commit_offsets(group, {source: {"0": 100, "1": 150}})
         committer.recover(new_query)
     assert sink.log().latest("q:old-query") == decided.with_state(ABANDONED)
+
+
+def test_a_batch_whose_first_transaction_the_broker_aborted_after_the_decision_runs_again_never_half_visible(
+        kafka, new_topic):
+    # The simulation's first-lost-rest-committed on the real broker: 20 s transactions;
+    # batch 1's second task opens its transaction 6 s after the first, the driver decides
+    # (the first has 14 s left, more than the 10 the decision asks for) and pauses until
+    # the broker has aborted the first for its timeout; the second still has ~5 s. The
+    # group holds batch 0's end: the first (with batch 1's progress) never committed.
+    timed = _sink(kafka, new_topic(1, prefix="out"), **{"kafka.transaction.timeout.ms": "20000"})
+    group, source = unique_name("group"), new_topic(2, prefix="in")
+    progress = {"group": group, "offsets": {source: {"0": 200, "1": 200}}}
+    batch1 = [[f"b1-p{p}-{i}" for i in range(25)] for p in (0, 1)]
+    write = WriteId(Kind.STREAM, "q", 1)
+    with timed.driver._committer(write) as committer:
+        coordinator = committer.participants.coordinator
+        _retried(lambda: coordinator.commit_offsets(group, {source: {"0": 100, "1": 100}}))  # batch 0's end
+        first = timed.precommitted(0, batch1[0], "q", 1)
+        time.sleep(6)
+        second = timed.precommitted(1, batch1[1], "q", 1)
+
+        def first_aborted():
+            state = coordinator.describe(first.transactional_id)
+            return state is None or (state.producer_id, state.producer_epoch) != (first.producer_id, first.epoch) \
+                or state.state == "CompleteAbort"
+
+        def pause(point, batch=None, **_):
+            if (point, batch) == ("driver-after-decision", 1):
+                _wait(first_aborted, 30, "the broker's timeout abort of the first transaction")
+
+        faults.install(pause)
+        try:
+            with pytest.raises(TransactionError, match="Batch 1 of query q was not committed: its first transaction "
+                                                       f"{first.transactional_id}.*recorded abandoned") as info:
+                committer.commit(write, [first.participant(), second.participant()], progress)
+        finally:
+            faults.install(None)
+    assert info.value.retriable
+    assert "was not committed: its first transaction was aborted after the decision" in str(info.value)
+    assert timed.log().latest("q:q").state == ABANDONED
+    values = [r.value.decode() for r in consume_all(kafka.bootstrap, timed.output)]
+    assert values == [], "part of the batch became visible"
+    # The restart runs batch 1 again: every record once, the group at batch 1's end.
+    with timed.driver._committer(write) as committer:
+        committer.recover(WriteId(Kind.STREAM, "q", -1))
+        again = [timed.precommitted(p, batch1[p], "q", 1) for p in (0, 1)]
+        committer.commit(write, [m.participant() for m in again], progress)
+        assert committer.participants.coordinator.group_offsets(group) == {source: {"0": 200, "1": 200}}
+    values = sorted(r.value.decode() for r in consume_all(kafka.bootstrap, timed.output))
+    assert values == sorted(batch1[0] + batch1[1])
+    assert timed.log().latest("q:q").state == DONE
 
 
 def test_an_older_batch_committed_after_a_newer_one_is_refused(sink):

@@ -387,6 +387,56 @@ def test_a_lost_checkpoints_decision_whose_first_participant_committed_is_finish
     assert log.latest().state == DONE
 
 
+@pytest.mark.parametrize("first", [Outcome.LOST, Outcome.UNKNOWN])
+def test_a_batch_whose_first_transaction_was_aborted_after_the_decision_is_abandoned_not_half_committed(first):
+    """The first participant carries the progress: if the group shows it never committed,
+    committing the others would leave the batch partly visible, and a query replacing this
+    one after a lost checkpoint would re-read (and write again) what they made visible.
+    None is committed; the restarted query runs the batch again."""
+    tpc, log, events = committer(outcomes={"p-0-0": [first]})
+    with pytest.raises(TransactionError, match="Batch 1 of query q was not committed: its first transaction p-0-0.*"
+                                               "recorded abandoned") as info:
+        tpc.commit(stream("q", 1), [part(0), part(1)], PROGRESS)
+    assert info.value.retriable and not isinstance(info.value, TransactionLostError)
+    assert ("commit", "p-1-0") not in events and log.latest().state == ABANDONED
+    abandoned = events.index(("write", 1, ABANDONED))
+    assert {e for e in events[abandoned:] if e[0] == "fence"} == {("fence", "p-0-0"), ("fence", "p-1-0")}
+    # The restart: recovery finishes nothing, and the batch is decided afresh and committed.
+    assert tpc.recover(stream("q")) == DoneMark()
+    tpc.participants.outcomes = {}
+    tpc.commit(stream("q", 1), [part(0, attempt=1), part(1, attempt=1)], PROGRESS)
+    assert log.latest().state == DONE and ("commit", "p-0-1") in events and ("commit", "p-1-1") in events
+
+
+def test_a_recovery_finishing_a_decision_whose_first_transaction_never_committed_abandons_it():
+    decided = Decision("q", 4, DECIDED, (part(0), part(1)), PROGRESS)
+    tpc, log, events = committer(latest=decided, outcomes={"p-0-0": [Outcome.UNKNOWN]})
+    with pytest.raises(TransactionError, match="recorded abandoned"):
+        tpc.recover(stream("q"))
+    assert ("commit", "p-1-0") not in events and log.latest().state == ABANDONED
+
+
+def test_a_first_transaction_aborted_after_it_committed_or_that_cannot_be_told_still_commits_the_rest():
+    # The group holds the batch's progress: the first committed (its id moved on since).
+    tpc, log, events = committer(outcomes={"p-0-0": [Outcome.UNKNOWN]}, committed_ids={"p-0-0"})
+    with pytest.raises(TransactionError, match="Cannot tell whether batch 1"):
+        tpc.commit(stream("q", 1), [part(0), part(1)], PROGRESS)
+    assert ("commit", "p-1-0") in events and log.latest().state == DECIDED
+    # Neither the coordinator nor the group can tell: nothing is guessed, as before.
+    tpc, log, events = committer(outcomes={"p-0-0": [Outcome.UNKNOWN]})
+    tpc.participants.unknown = True
+    with pytest.raises(TransactionError, match="Cannot tell whether batch 1"):
+        tpc.commit(stream("q", 1), [part(0), part(1)], PROGRESS)
+    assert ("commit", "p-1-0") in events and log.latest().state == DECIDED
+
+
+def test_an_operator_finishing_a_decision_whose_first_transaction_never_committed_commits_nothing_more():
+    tpc, log, events = committer(outcomes={"p-0-0": [Outcome.LOST]})
+    with pytest.raises(TransactionError, match="Not committing them either") as info:
+        tpc.commit_decided(Decision("q", 1, DECIDED, (part(0), part(1)), PROGRESS))
+    assert not info.value.retriable and ("commit", "p-1-0") not in events and not log.records
+
+
 def test_an_earlier_unfinished_decision_is_finished_before_a_new_one_is_written():
     tpc, log, events = committer(latest=Decision("q", 4, DECIDED, (part(9),)))
     tpc.commit(stream("q", 5), [part(0)])

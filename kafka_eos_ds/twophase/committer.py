@@ -241,7 +241,7 @@ class TwoPhaseCommitter:
             self.decisions.write(write.key, decision)
         faults.check("driver-after-decision", batch=batch)
         try:
-            self._commit_all(decision)
+            self._commit_all(decision, write.key)
         except Exception as exc:
             if write.kind not in (Kind.JOB, Kind.APP):
                 raise
@@ -271,7 +271,8 @@ class TwoPhaseCommitter:
         latest = self._read(lambda: self.decisions.latest(write.key)) if write is not None else None
         batch = write.version if write is not None else None
         faults.check("driver-after-reading-decision", batch=batch)
-        if latest is not None and write is not None and latest.same_batch(write.app, write.version):
+        if latest is not None and write is not None and latest.same_batch(write.app, write.version) \
+                and latest.state == DECIDED:
             log.warning("batch %s of %s was decided; its transactions are left for recovery to finish",
                         write.version, write.app)
         app, version = (write.app, write.version) if write is not None else (None, -1)
@@ -314,7 +315,7 @@ class TwoPhaseCommitter:
             # A decision recorded before its progress was attached (or whose attachment
             # this is the retry of): a no-op once the first participant has committed.
             self._carry(decision)
-        self._commit_all(decision)
+        self._commit_all(decision, key)
         self._publish(decision)
         done = decision.with_state(DONE)
         self._retrying(lambda: self.decisions.write(key, done), f"Could not record batch {decision.batch_id} done")
@@ -388,13 +389,18 @@ class TwoPhaseCommitter:
         self._retrying(lambda: self.participants.fence(participant_id), f"Could not abort {participant_id}",
                        then=_RESTART)
 
-    def _commit_all(self, decision: Decision) -> None:
+    def _commit_all(self, decision: Decision, key: str | None = None) -> None:
+        """Commit every participant, the first (which carries the progress) alone and first.
+        ``key``: the decision's writer key, to record it abandoned (None: an operator
+        finishing a decision, who is told instead)."""
         parts = list(decision.participants)
         if not parts:
             return
         first, rest = parts[0], parts[1:]
         # The first one alone, so a crash test can stop between "some" and "all".
         outcomes = [(first, self._commit_one(first))]
+        if outcomes[0][1] in (Outcome.LOST, Outcome.UNKNOWN) and self._never_started(decision):
+            self._abandon_unstarted(key, decision)
         faults.check("driver-after-first-commit", batch=decision.batch_id)
         faults.check("commit-raise", batch=decision.batch_id)
         if rest:
@@ -414,6 +420,42 @@ class TwoPhaseCommitter:
                 f"Cannot tell whether batch {decision.batch_id} of query {decision.query_id} committed: the outcome "
                 f"of {len(unknown)} of its {len(parts)} decided transaction(s) can no longer be told. "
                 + self.participants.unknown_outcome_message(unknown), retriable=False)
+
+    def _never_started(self, decision: Decision) -> bool:
+        """Whether the progress store knows that the first participant did not commit (a
+        decision with progress only; None from the store, "cannot tell", is not "no")."""
+        progress = decision.progress
+        if progress is None:
+            return False
+        first, store = decision.participants[0], self._progress_store()
+        started = self._retrying(lambda: store.started(progress, first),
+                                 f"Could not learn whether {first.id} committed", then=_RESTART)
+        return started is False
+
+    def _abandon_unstarted(self, key: str | None, decision: Decision) -> None:
+        """The first participant was aborted after the decision and never committed: keep
+        the batch all or nothing. Committing the others would leave it partly visible for
+        good, and a query that replaces this one after a lost checkpoint abandons a batch
+        whose first participant did not commit (``recover``) and re-reads its input, the
+        others' records included. So none is committed: the decision is recorded abandoned
+        (first: fenced first, a crash in between would leave a decided batch with aborted
+        participants) and its participants are fenced; the restarted query runs the batch
+        again under a new decision."""
+        first = decision.participants[0]
+        what = (f"Batch {decision.batch_id} of query {decision.query_id} was not committed: its first transaction "
+                f"{first.id}, which carries the batch's progress, was aborted after the batch was decided "
+                "(most often by its timeout), and none of the batch's other transactions was committed.")
+        if key is None:
+            raise TransactionError(f"{what} Not committing them either.", retriable=False)
+        log.warning("abandoning batch %s of query %s: its first transaction %s was aborted after the decision",
+                    decision.batch_id, decision.query_id, first.id)
+        abandoned = decision.with_state(ABANDONED)
+        self._retrying(lambda: self.decisions.write(key, abandoned), "Could not record the abandoned batch",
+                       then=_RESTART)
+        self._fence(sorted({p.id for p in decision.participants}))
+        raise TransactionError(f"{what} Nothing of the batch is visible; it is recorded abandoned, and restarting "
+                               "the query runs it again (docs/troubleshooting.md, \"Batch N was not committed: its "
+                               "first transaction was aborted after the decision\").", retriable=True)
 
     def _commit_one(self, participant: Participant) -> Outcome:
         outcome: Outcome = self._retrying(lambda: self.participants.commit(participant),

@@ -16,6 +16,7 @@ from tests.simulation.directed_streams import (
     abandon_before_log,
     checkpoint_lost_idle,
     expired_id_after_commit,
+    first_lost_rest_committed,
     shared_prefix,
     stale_commit_log_read,
     zombie_driver_carry,
@@ -84,6 +85,11 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "file-zombie-rename": (file_zombie_rename, set(),
             "fixed: a zombie driver's commit rename failed with a raw FileNotFoundError (a rename done meanwhile "
             "is a commit)"),
+    "first-lost-rest-committed": (first_lost_rest_committed, set(),
+                                  "fixed: a batch whose first transaction (with its progress) the broker aborted "
+                                  "after the decision had its other transactions committed; a new query after a "
+                                  "lost checkpoint abandoned it and wrote their records again (the batch is now "
+                                  "abandoned whole and run again)"),
     "stage-retry-same-id": (stage_retry_same_id, {"decided-fenced"},
                             "a resubmitted stage's task starts again at attempt number 0, on the id an old stage "
                             "attempt's task still uses: the later of the two to start its transaction aborts the "

@@ -9,7 +9,7 @@ import random
 from typing import Callable
 
 from tests.simulation.adapters import Producer
-from tests.simulation.faults import CRASH, FAIL, STALL, Fault
+from tests.simulation.faults import CRASH, FAIL, SLOW, STALL, Fault
 from tests.simulation.invariants import Oracle
 from tests.simulation.scenario import Scenario, check_stream
 from tests.simulation.sinks import KafkaSink
@@ -169,6 +169,43 @@ def checkpoint_lost_idle(w: World, oracle: Oracle, rng: random.Random) -> Scenar
     def main() -> None:
         first.supervise(runs=1)
         queries.append(first.without_checkpoint("q2"))
+        queries[-1].supervise()
+
+    return Scenario(main, lambda: _after_lost_checkpoint(w, oracle, sink, queries), outcome=lambda: queries[-1].outcome)
+
+
+def first_lost_rest_committed(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """With sourceGroupId: batch 1 has two transactions; the second task opens its own 20 s
+    after the first (a slow task), the driver decides at once (the first still has 40 s,
+    more than the 30 the decision asks for here) and then pauses 52 s after its decision
+    (a GC pause): the broker has aborted the first transaction (its 60 s timeout), not the
+    second, and the group's offsets show the first never committed. The commit used to
+    commit the second anyway, leaving the batch partly visible; the checkpoint is then
+    lost, and the new query abandoned the batch (its first transaction did not commit) and
+    re-read its input, writing the second's records again. The batch is now abandoned
+    whole and the restarted query runs it again."""
+    slow_task = "q.r0.b1.s0.p1.a0"
+    w.plan.script = [Fault(slow_task, "task:row", 1, STALL, 1_000_000),
+                     Fault("q.r0", "fault:driver-after-decision", 2, SLOW, 52_000)]
+    sink = KafkaSink(out_partitions=1, extra={"sourceGroupId": "source-group"})
+    first = query(w, oracle, sink, [2, 2], 1, tasks=2)
+    queries = [first]
+    late: list = []
+
+    def first_open() -> bool:
+        meta = w.cluster.coordinator.txns.get(f"{sink.prefix}-0-0")
+        if meta is None or meta.state.value != "Ongoing":
+            return False
+        if not late:  # the slow task's 20 s, once the first transaction is open
+            late.append(w.sched.clock.advance(20_000))
+        return True
+
+    resume_when(w, slow_task, first_open)
+
+    def main() -> None:
+        first.supervise(runs=2)
+        queries.append(first.without_checkpoint("q2"))
+        queries[-1].delays = (0.5,)
         queries[-1].supervise()
 
     return Scenario(main, lambda: _after_lost_checkpoint(w, oracle, sink, queries), outcome=lambda: queries[-1].outcome)
