@@ -43,21 +43,25 @@ ROOT = Path(__file__).resolve().parent.parent
 def child(spec: dict) -> dict:
     """One run in this fresh process. The bench's modules import pyspark: imported here,
     inside the clock, as a user's job imports it."""
+    from bench import formats
     from bench import workloads as w
     from bench.run import _spark
     from integration.helpers import consume_all
 
     spark = _spark(spec["jars"])
     session_s = time.perf_counter() - _STARTED
+    # kafka_eos's sink as kafka_eos_timed (the same writers): where its first batch goes.
+    commits = formats.CommitLog() if spec["fmt"] == w.EOS else None
     try:
-        timing = w.pipeline(spark, spec["fmt"], spec["bootstrap"], spec["topic"], spec["out_topic"],
-                            spec["records"] // 2)
+        timing = w.pipeline(spark, formats.TIMED if commits else spec["fmt"], spec["bootstrap"], spec["topic"],
+                            spec["out_topic"], spec["records"] // 2, commits)
         total_s = time.perf_counter() - _STARTED
     finally:
         spark.stop()
     out = consume_all(spec["bootstrap"], spec["out_topic"], timeout=120)
     return {"session_s": session_s, "query_s": timing.seconds, "in_batches_s": timing.in_batches,
-            "total_s": total_s, "batch_ms": timing.batch_ms, "records_out": len(out)}
+            "total_s": total_s, "batch_ms": timing.batch_ms, "records_out": len(out),
+            "sink_steps": commits.steps() if commits else []}
 
 
 def run_child(spec: dict, timeout: float) -> dict:
@@ -88,8 +92,26 @@ def summary(runs: list[dict], variants: list[str]) -> list[dict]:
                      **{f: statistics.median(r[f] or 0.0 for r in mine) for f in FIGURES},
                      **{f"{f}_all": [round(r[f] or 0.0, 2) for r in mine] for f in FIGURES},
                      "first_batch_ms": statistics.median(first_ms) if first_ms else None,
-                     "load": [round(r["load"], 1) for r in mine]})
+                     "load": [round(r["load"], 1) for r in mine],
+                     "sink_batches_ms": _sink_batches(mine)})
     return rows
+
+
+def _sink_batches(runs: list[dict]) -> list[dict]:
+    """Per micro-batch (the steps of one end at its commit), the median ms of the sink's
+    planner check, its slowest task and its driver commit over the runs."""
+    per_run = []
+    for r in runs:
+        batches, current = [], {"prepare": 0.0, "task": 0.0, "commit": 0.0}
+        for step in r.get("sink_steps", []):
+            current[step["step"]] = max(current[step["step"]], step["seconds"] * 1000)
+            if step["step"] == "commit":
+                batches.append(current)
+                current = {"prepare": 0.0, "task": 0.0, "commit": 0.0}
+        per_run.append(batches)
+    n = min((len(b) for b in per_run), default=0)
+    return [{k: statistics.median(b[i][k] for b in per_run) for k in ("prepare", "task", "commit")}
+            for i in range(n)]
 
 
 def verdict(rows: list[dict]) -> dict:
@@ -117,6 +139,10 @@ def markdown(rows: list[dict], goal: dict, settings: dict) -> str:
         lines.append(f"| {r['variant']} | {r['runs']} | {cell(r, 'total_s')} | {cell(r, 'session_s')} | "
                      f"{cell(r, 'query_s')} | {cell(r, 'in_batches_s')} | {first} | "
                      f"{', '.join(str(v) for v in r['load'])} |")
+    for r in rows:
+        for i, b in enumerate(r["sink_batches_ms"]):
+            lines.append(f"{'' if i else chr(10)}{r['variant']}, micro-batch {i}: sink planner {b['prepare']:,.0f} ms, "
+                         f"slowest task {b['task']:,.0f} ms, driver commit {b['commit']:,.0f} ms (medians).")
     if goal:
         lines += ["", f"kafka_eos / built-in: total {goal['total_ratio']:.2f}x, query {goal['query_ratio']:.2f}x. "
                   f"Goal, the first query within {GOAL}x of the built-in's (total s): "
