@@ -201,6 +201,9 @@ class FakeParticipants:
     def unknown_message(self, progress, p):
         return f"{p.id} is unknown"
 
+    def abandoned_message(self, progress, p):
+        return "the group holds offsets before the batch's; check kafka.transaction.timeout.ms"
+
     lost_offsets: bool = False  # whether the store lost where the output ends (expired group offsets)
 
     def resumes_before(self, progress):

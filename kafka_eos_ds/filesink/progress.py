@@ -61,6 +61,9 @@ class RecordedProgress:
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         return ""
 
+    def abandoned_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+        return ""  # never asked: started() is always True
+
     def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
         return None
 

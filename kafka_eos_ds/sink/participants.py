@@ -81,6 +81,12 @@ class KafkaTransactions:
         # a commit): the group's offsets, which rode in the transaction, tell.
         return source_progress.compare(progress["offsets"], self.coordinator.group_offsets(str(progress["group"])))
 
+    def abandoned_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+        return (f"The consumer group '{progress['group']}' (option 'sourceGroupId') holds offsets before the batch's "
+                f"end offsets {dict(progress['offsets'])}. Usually the broker's timeout aborted it: the sink option "
+                f"'kafka.transaction.timeout.ms' (now {self.transaction_timeout_ms} ms, at most the broker's "
+                "'transaction.max.timeout.ms') must cover a batch's write, its commit and the driver's pauses.")
+
     def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
         group, offsets = str(progress["group"]), progress["offsets"]
         held = self.coordinator.group_offsets(group)

@@ -441,10 +441,12 @@ class TwoPhaseCommitter:
         (first: fenced first, a crash in between would leave a decided batch with aborted
         participants) and its participants are fenced; the restarted query runs the batch
         again under a new decision."""
-        first = decision.participants[0]
+        first, progress = decision.participants[0], decision.progress
+        assert progress is not None
+        why = self._progress_store().abandoned_message(progress, first)
         what = (f"Batch {decision.batch_id} of query {decision.query_id} was not committed: its first transaction "
-                f"{first.id}, which carries the batch's progress, was aborted after the batch was decided "
-                "(most often by its timeout), and none of the batch's other transactions was committed.")
+                f"{first.id}, which carries the batch's progress, was aborted after the batch was decided, and "
+                f"none of the batch's other transactions was committed. {why}")
         if key is None:
             raise TransactionError(f"{what} Not committing them either.", retriable=False)
         log.warning("abandoning batch %s of query %s: its first transaction %s was aborted after the decision",
@@ -453,7 +455,7 @@ class TwoPhaseCommitter:
         self._retrying(lambda: self.decisions.write(key, abandoned), "Could not record the abandoned batch",
                        then=_RESTART)
         self._fence(sorted({p.id for p in decision.participants}))
-        raise TransactionError(f"{what} Nothing of the batch is visible; it is recorded abandoned, and restarting "
+        raise TransactionError(f"{what} Nothing of the batch is visible: it is recorded abandoned, and restarting "
                                "the query runs it again (docs/troubleshooting.md, \"Batch N was not committed: its "
                                "first transaction was aborted after the decision\").", retriable=True)
 

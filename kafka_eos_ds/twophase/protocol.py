@@ -234,6 +234,10 @@ class ProgressStore(Protocol):
         """Whether ``first``, which carried ``progress``, committed: True, False, or None
         when neither the participant nor the stored progress can tell."""
 
+    def abandoned_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+        """Why ``first`` (which ``started`` says never committed) was aborted after its
+        decision, what shows it, and which settings to check (for the error)."""
+
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         """Why :meth:`started` could not tell, and what the operator can do (for the error)."""
 
