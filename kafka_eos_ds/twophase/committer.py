@@ -133,12 +133,7 @@ class TwoPhaseCommitter:
         if plan.only_if_started and plan.finish is not None and not self._started(plan.finish):
             log.warning("abandoning batch %s of query %s: its checkpoint is gone and none of it was committed; "
                         "this query re-reads its input", plan.finish.batch_id, plan.finish.query_id)
-            # Recorded first: fenced first, a crash in between would leave a decision whose
-            # start can no longer be told (its first transaction's epoch moved on).
-            abandoned = plan.finish.with_state(ABANDONED)
-            self._retrying(lambda: self.decisions.write(_key_of(write, abandoned), abandoned),
-                           "Could not record the abandoned batch", then=_RESTART)
-            self._fence(sorted({p.id for p in plan.finish.participants} | set(plan.fence)))
+            self._abandon(_key_of(write, plan.finish), plan.finish, plan.fence)
             return DoneMark()
         if plan.finish is not None:
             log.warning("finishing the commit of batch %s of query %s after a restart",
@@ -368,8 +363,7 @@ class TwoPhaseCommitter:
         first, progress = decision.participants[0], decision.progress
         assert progress is not None
         store = self._progress_store()
-        started = self._retrying(lambda: store.started(progress, first),
-                                 f"Could not learn whether {first.id} committed", then=_RESTART)
+        started = self._first_started(decision)
         if started is None:
             raise TransactionError(
                 f"Cannot tell whether batch {decision.batch_id} of query {decision.query_id} (decided before its "
@@ -424,23 +418,34 @@ class TwoPhaseCommitter:
     def _never_started(self, decision: Decision) -> bool:
         """Whether the progress store knows that the first participant did not commit (a
         decision with progress only; None from the store, "cannot tell", is not "no")."""
-        progress = decision.progress
-        if progress is None:
-            return False
-        first, store = decision.participants[0], self._progress_store()
-        started = self._retrying(lambda: store.started(progress, first),
-                                 f"Could not learn whether {first.id} committed", then=_RESTART)
-        return started is False
+        return decision.progress is not None and self._first_started(decision) is False
+
+    def _first_started(self, decision: Decision) -> bool | None:
+        """The progress store's answer to whether the first participant, which carried the
+        decision's progress, committed (None: it cannot tell)."""
+        first, progress, store = decision.participants[0], decision.progress, self._progress_store()
+        assert progress is not None
+        started: bool | None = self._retrying(lambda: store.started(progress, first),
+                                              f"Could not learn whether {first.id} committed", then=_RESTART)
+        return started
+
+    def _abandon(self, key: str, decision: Decision, also: Sequence[str] = ()) -> None:
+        """Record ``decision`` abandoned, then fence its participants (and ``also``).
+        Recorded first: fenced first, a crash in between would leave a decided batch
+        whose first participant's start can no longer be told (its epoch moved on)."""
+        abandoned = decision.with_state(ABANDONED)
+        self._retrying(lambda: self.decisions.write(key, abandoned), "Could not record the abandoned batch",
+                       then=_RESTART)
+        self._fence(sorted({p.id for p in decision.participants} | set(also)))
 
     def _abandon_unstarted(self, key: str | None, decision: Decision) -> None:
         """The first participant was aborted after the decision and never committed: keep
         the batch all or nothing. Committing the others would leave it partly visible for
         good, and a query that replaces this one after a lost checkpoint abandons a batch
         whose first participant did not commit (``recover``) and re-reads its input, the
-        others' records included. So none is committed: the decision is recorded abandoned
-        (first: fenced first, a crash in between would leave a decided batch with aborted
-        participants) and its participants are fenced; the restarted query runs the batch
-        again under a new decision."""
+        others' records included. So none is committed: the decision is abandoned
+        (:meth:`_abandon`), and the restarted query runs the batch again under a new
+        decision."""
         first, progress = decision.participants[0], decision.progress
         assert progress is not None
         why = self._progress_store().abandoned_message(progress, first)
@@ -451,10 +456,7 @@ class TwoPhaseCommitter:
             raise TransactionError(f"{what} Not committing them either.", retriable=False)
         log.warning("abandoning batch %s of query %s: its first transaction %s was aborted after the decision",
                     decision.batch_id, decision.query_id, first.id)
-        abandoned = decision.with_state(ABANDONED)
-        self._retrying(lambda: self.decisions.write(key, abandoned), "Could not record the abandoned batch",
-                       then=_RESTART)
-        self._fence(sorted({p.id for p in decision.participants}))
+        self._abandon(key, decision)
         raise TransactionError(f"{what} Nothing of the batch is visible: it is recorded abandoned, and restarting "
                                "the query runs it again (docs/troubleshooting.md, \"Batch N was not committed: its "
                                "first transaction was aborted after the decision\").", retriable=True)
