@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from integration.warm_driver import WarmDriver, runs_warm
 from kafka_eos_tools import faults
@@ -54,12 +54,13 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
                  fault: str | None = None, sink_options: Sequence[str] = (), max_offsets: int = 150,
                  timeout: float = 150.0, log_dir: Path | None = None, sink_format: str = "kafka_eos",
                  gate: str | None = None, job_args: Sequence[str] = (),
-                 warm: WarmDriver | None = None) -> Run:
+                 warm: WarmDriver | None = None, env: Mapping[str, str] | None = None) -> Run:
     """One driver run with ``availableNow`` (drain IN, then exit); killed after ``timeout``.
 
     ``gate``: the file a ``gate`` fault creates and waits on (:mod:`kafka_eos_tools.faults`);
     ``job_args``: more arguments of :mod:`kafka_eos_tools.demo.job` (e.g. ``--foreach-batch``);
-    ``warm``: the warm driver, used when :func:`~integration.warm_driver.runs_warm` allows.
+    ``warm``: the warm driver, used when :func:`~integration.warm_driver.runs_warm` allows;
+    ``env``: more environment for the driver (credentials; such a run never runs warm).
 
     ``sink_format="kafka_eos_file"`` writes files instead (pass ``path=DIR`` in
     ``sink_options``; the output topic is then unused)."""
@@ -76,11 +77,12 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
     log_file = log_path / f"run-{stamp}.log"
     counts = str(log_path / f"fault-counts-{stamp}")
     started = time.monotonic()
-    if warm is not None and runs_warm(fault, job_args):
+    if warm is not None and env is None and runs_warm(fault, job_args):
         rc, text = warm.run(args, fault, gate, counts, timeout)
         log_file.write_text(text)
         return Run(rc, text, time.monotonic() - started, warm=True)
-    env = {k: v for k, v in os.environ.items() if k not in faults.environment("", "", "")}
+    extra, env = env or {}, {k: v for k, v in os.environ.items() if k not in faults.environment("", "", "")}
+    env.update(extra)
     if fault:
         env.update(faults.environment(fault, gate, counts))
     with open(log_file, "wb") as out:

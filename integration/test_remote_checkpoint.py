@@ -1,7 +1,9 @@
-"""Checkpoints where production keeps them: on HDFS (a real MiniDFSCluster on 127.0.0.1).
+"""Checkpoints where production keeps them: on HDFS (a real MiniDFSCluster on 127.0.0.1)
+and on an S3-compatible store (a real MinIO on 127.0.0.1, through Spark's ``s3a://``).
 
-Spark writes the checkpoint with its own Hadoop client; the sink's driver-side Python
-reads it through hdfs-native (kafka_eos_ds/storage.py). What depends on reading it must
+Spark writes the checkpoint with its own Hadoop client (for ``s3a://``, hadoop-aws and the
+AWS SDK, fetched by Maven at pyspark's Hadoop version); the sink's driver-side Python reads
+it through hdfs-native or boto3 (kafka_eos_ds/storage/). What depends on reading it must
 work there as on a local disk: the query's own decisions (its id, from ``metadata``), the
 guard against a lost commit log (``commits/``), and ``sourceGroupId`` (the batch's end
 offsets from ``offsets/N``).
@@ -18,47 +20,114 @@ from confluent_kafka.admin import AdminClient
 
 from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, run_pipeline, seed
+from integration.test_sink_crash import _visible_once_markers_land
 from kafka_eos_tools.audit import audit
 
-pytestmark = pytest.mark.storage  # starts HDFS: the gate's second lane
+pytestmark = pytest.mark.storage  # starts HDFS or MinIO: the gate's second lane
 
 RECORDS, BATCH = 600, 150
 
 
-@pytest.fixture
-def remote(kafka, hdfs, new_topic, tmp_path):
+class _Hdfs:
+    """A checkpoint directory on the embedded HDFS; Spark and the sink need nothing more."""
+
+    def __init__(self, hdfs) -> None:
+        self.url, self.directory = hdfs.url, f"/checkpoints/{uuid.uuid4().hex[:8]}"
+        self.checkpoint = f"{hdfs.url}{self.directory}"
+        self.job_args: list[str] = []
+        self.sink_options: list[str] = []
+        self.env = None
+        self.secret = None
+
+    def metadata(self) -> str:
+        import hdfs_native
+
+        with hdfs_native.Client(self.url).read(f"{self.directory}/metadata") as reader:
+            return bytes(reader.read()).decode()
+
+    def delete(self) -> None:
+        import hdfs_native
+
+        assert hdfs_native.Client(self.url).delete(self.directory, recursive=True)
+
+
+class _S3:
+    """A checkpoint under a fresh bucket of the S3 store: Spark gets hadoop-aws and the
+    store's address as settings, the sink the same address as its ``fs.s3a.*`` options;
+    both take the keys from the environment (never from a command line or an option)."""
+
+    def __init__(self, s3) -> None:
+        from kafka_eos_tools.storage import s3a
+
+        self.s3, self.bucket = s3, s3.new_bucket()
+        self.key = f"checkpoints/{uuid.uuid4().hex[:8]}"
+        self.checkpoint = f"s3a://{self.bucket}/{self.key}"
+        self.job_args = ["--jars", s3a.spark_jars()]
+        for key, value in s3a.spark_settings(s3.endpoint, s3.region).items():
+            self.job_args += ["--conf", f"{key}={value}"]
+        self.sink_options = [f"fs.s3a.endpoint={s3.endpoint}", "fs.s3a.path.style.access=true",
+                             f"fs.s3a.endpoint.region={s3.region}"]
+        self.env = s3.environment()
+        self.secret = s3.secret_key
+
+    def metadata(self) -> str:
+        import boto3
+
+        body = boto3.client("s3", **self.s3.client_kwargs()).get_object(Bucket=self.bucket, Key=f"{self.key}/metadata")
+        return str(body["Body"].read().decode())
+
+    def delete(self) -> None:
+        import boto3
+
+        client = boto3.client("s3", **self.s3.client_kwargs())
+        listed = client.list_objects_v2(Bucket=self.bucket, Prefix=self.key + "/").get("Contents", [])
+        assert listed  # the checkpoint was there
+        for page in range(0, len(listed), 1000):
+            client.delete_objects(Bucket=self.bucket,
+                                  Delete={"Objects": [{"Key": o["Key"]} for o in listed[page:page + 1000]]})
+
+
+@pytest.fixture(params=["hdfs", "s3"])
+def remote(request, kafka, new_topic, tmp_path):
+    store = _Hdfs(request.getfixturevalue("hdfs")) if request.param == "hdfs" \
+        else _S3(request.getfixturevalue("s3"))
     input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
     seed(kafka.bootstrap, input_topic, RECORDS)
 
     class R:
         conf = {"bootstrap.servers": kafka.bootstrap}
         prefix = f"remote-{output_topic}"
-        directory = f"/checkpoints/{uuid.uuid4().hex[:8]}"
-        checkpoint = f"{hdfs.url}{directory}"
+        checkpoint = store.checkpoint
         output = output_topic
         log_topic = f"log-{output_topic}"
 
         @staticmethod
         def run(fault=None):
-            return run_pipeline(kafka.bootstrap, input_topic, output_topic, R.checkpoint, R.prefix, fault=fault,
-                                max_offsets=BATCH, log_dir=tmp_path / "logs",
-                                sink_options=[f"commitLogTopic={R.log_topic}"])
+            run = run_pipeline(kafka.bootstrap, input_topic, output_topic, R.checkpoint, R.prefix, fault=fault,
+                               max_offsets=BATCH, log_dir=tmp_path / "logs", job_args=store.job_args,
+                               sink_options=[f"commitLogTopic={R.log_topic}", *store.sink_options], env=store.env)
+            # The store's secret key reached Spark and the sink through the environment only.
+            assert store.secret is None or store.secret not in run.log
+            return run
 
         @staticmethod
         def query_id():
-            import hdfs_native
-
-            with hdfs_native.Client(hdfs.url).read(f"{R.directory}/metadata") as reader:
-                return json.loads(bytes(reader.read()).decode().splitlines()[0])["id"]
+            return json.loads(store.metadata().splitlines()[0])["id"]
 
         @staticmethod
         def audit():
             return audit(R.conf, input_topic, output_topic)
 
+        @staticmethod
+        def visible():
+            return consume_all(kafka.bootstrap, output_topic)
+
+        lose_checkpoint = staticmethod(store.delete)
+
     return R
 
 
-def test_a_driver_killed_mid_commit_with_its_checkpoint_on_hdfs_finishes_exactly_once(remote):
+def test_a_driver_killed_mid_commit_with_its_checkpoint_on_a_remote_store_finishes_exactly_once(remote):
     from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 
     assert_crashed(remote.run("driver-after-first-commit@1"))
@@ -66,20 +135,17 @@ def test_a_driver_killed_mid_commit_with_its_checkpoint_on_hdfs_finishes_exactly
     assert run.returncode == 0, run.log[-3000:]
     report = remote.audit()
     assert report.ok and report.records_in == RECORDS == report.unique_out == report.records_out, report.table()
-    # The sink read the query's id from the checkpoint on HDFS: its decisions are its own.
+    # The sink read the query's id from the remote checkpoint: its decisions are its own.
     latest = KafkaDecisionLog(remote.conf, remote.log_topic, remote.prefix).latest(f"q:{remote.query_id()}")
     assert latest is not None and latest.state.value == "done" and latest.progress is not None
     # ... and the batch's end offsets from the offset log there (sourceGroupId).
     assert sum(latest.progress["offsets"][next(iter(latest.progress["offsets"]))].values()) == RECORDS
 
 
-@pytest.mark.full  # the gate reads the HDFS checkpoint in the crash case above; the guard runs locally there
-def test_a_lost_commit_log_fails_the_restart_loudly_with_the_checkpoint_on_hdfs(remote):
+@pytest.mark.full  # the gate reads the remote checkpoint in the crash case above; the guard runs locally there
+def test_a_lost_commit_log_fails_the_restart_loudly_with_the_checkpoint_on_a_remote_store(remote):
     assert_crashed(remote.run("driver-after-first-commit@1"))
-    deadline = time.monotonic() + 30
-    while len(consume_all(remote.conf["bootstrap.servers"], remote.output)) <= BATCH and time.monotonic() < deadline:
-        time.sleep(0.5)  # the first transaction's commit markers land
-    visible = len(consume_all(remote.conf["bootstrap.servers"], remote.output))
+    visible = _visible_once_markers_land(remote, BATCH + 1)
     admin = AdminClient(remote.conf)
     admin.delete_topics([remote.log_topic], operation_timeout=30)[remote.log_topic].result(60)
     deadline = time.monotonic() + 60
@@ -89,4 +155,19 @@ def test_a_lost_commit_log_fails_the_restart_loudly_with_the_checkpoint_on_hdfs(
     assert run.returncode != 0
     assert f"The commit-log topic '{remote.log_topic}' (option 'commitLogTopic') holds no decision" in run.log, \
         run.log[-3000:]
-    assert len(consume_all(remote.conf["bootstrap.servers"], remote.output)) == visible  # nothing written
+    assert len(remote.visible()) == visible  # nothing written
+
+
+@pytest.mark.full  # crash point 7 runs on a local checkpoint in the gate (test_sink_crash.py)
+def test_a_lost_remote_checkpoint_a_new_query_resumes_from_the_group_exactly_once(remote):
+    # Crash point 7 with the checkpoint on the remote store: batch 1 is decided and its
+    # first transaction (with the group's offsets) committed when the driver dies; then
+    # the checkpoint is deleted. The new query starts from the group, at batch 1's end,
+    # and its recovery finishes batch 1's other transaction.
+    assert_crashed(remote.run("driver-after-first-commit@1"))
+    assert BATCH < _visible_once_markers_land(remote, BATCH + 1) < 2 * BATCH
+    remote.lose_checkpoint()
+    run = remote.run()
+    assert run.returncode == 0, run.log[-3000:]
+    report = remote.audit()
+    assert report.ok and report.records_in == RECORDS == report.unique_out == report.records_out, report.table()

@@ -155,6 +155,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="kafka_eos, or kafka for Spark's built-in sink (needs --jars)")
     parser.add_argument("--jars", default=None, help="spark.jars (for the built-in Kafka connector)")
     parser.add_argument("--driver-java-options", default=None, help="spark.driver.extraJavaOptions")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="another Spark setting (e.g. spark.hadoop.fs.s3a.endpoint=...); credentials belong "
+                             "in the environment, not here, where process listings show them")
     parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
     parser.add_argument("--column", action="append", help="another output column (a SQL expression)")
     parser.add_argument("--resume-from-table", default=None,
@@ -168,7 +171,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spark = session(args.master, args.jars, args.driver_java_options)
+    spark = session(args.master, args.jars, args.driver_java_options, args.conf)
     query, drain = start(spark, args)
     stopping: list = []
     # SIGTERM is a clean stop: the query finishes its current step and stops.
@@ -178,10 +181,10 @@ def main(argv=None) -> int:
     return 0
 
 
-def session(master: str | None, jars: str | None, java_options: str | None = None):
+def session(master: str | None, jars: str | None, java_options: str | None = None, conf: Sequence[str] = ()):
     """The job's SparkSession, with the sources registered (``master``: default local[2];
     under spark-submit, the one it was given). ``java_options``: the driver JVM's, passed
-    to spark-submit when this process starts the JVM."""
+    to spark-submit when this process starts the JVM; ``conf``: more settings, ``key=value``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -194,6 +197,11 @@ def session(master: str | None, jars: str | None, java_options: str | None = Non
         builder = builder.master(master or "local[2]")
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    for setting in conf:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--conf takes KEY=VALUE, got {setting!r}")
+        builder = builder.config(key.strip(), value)
     spark = (builder.appName("kafka-eos-demo")
              .config("spark.sql.shuffle.partitions", "3")
              .config("spark.ui.enabled", "false")
