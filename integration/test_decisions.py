@@ -428,3 +428,48 @@ def test_a_zombie_drivers_post_commit_sweep_never_aborts_a_batch_its_replacement
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     expected = [f"b0-{i}" for i in range(20)] + [f"b1-{p}-{i}" for p in (0, 1) for i in range(20)]
     assert values == sorted(expected), f"driver errors: {errors}"
+
+
+@pytest.mark.parametrize("ended, error, state, says", [
+    ("aborted", "TransactionLostError", "lost", "its output is partial"),
+    ("fenced", "TransactionOutcomeUnknownError", "untold", "Check with a read_committed consumer"),
+])
+def test_a_batch_job_whose_transaction_ends_without_it_says_what_is_in_the_output_and_never_fails_the_next_job(
+        kafka, new_topic, ended, error, state, says):
+    # A df.write job of two tasks, decided; before the driver commits, the second task's
+    # transaction is ended by someone else: aborted at its own epoch (the outcome is known:
+    # lost) or fenced by a newer epoch (it can no longer be told). The first commits.
+    # Before: the error went on to say that the job's rows become visible once the rest is
+    # committed (nothing was left to commit), the decision stayed "decided", and the next
+    # job on the prefix failed on it again.
+    sink = _sink(kafka, new_topic(1, prefix="out"))
+    job = WriteId(Kind.JOB, "job-a", 0, job="job-a")
+    rows = [[f"a-p{p}-{i}" for i in range(10)] for p in (0, 1)]
+    with sink.driver._committer(job) as committer:
+        coordinator = committer.participants.coordinator
+        first, second = (sink.precommitted(p, rows[p], "", 0, write=job) for p in (0, 1))
+
+        def end_the_second(point, batch=None, **_):
+            if point == "driver-after-decision":
+                if ended == "aborted":
+                    assert coordinator.end_txn(second.transactional_id, second.producer_id, second.epoch,
+                                               commit=False) == 0
+                else:
+                    coordinator.fence(second.transactional_id, 60_000)
+
+        faults.install(end_the_second)
+        try:
+            with pytest.raises(TransactionError) as info:
+                committer.commit(job, [first.participant(), second.participant()])
+        finally:
+            faults.install(None)
+    message = str(info.value)
+    assert type(info.value).__name__ == error and not info.value.retriable
+    assert says in message and "become visible" not in message, message
+    assert sink.log().latest(job.key).state.value == state
+    assert sorted(r.value.decode() for r in consume_all(kafka.bootstrap, sink.output)) == sorted(rows[0])
+    # The next job on the prefix commits, without failing on job-a again.
+    nxt = WriteId(Kind.JOB, "job-b", 0, job="job-b")
+    with sink.driver._committer(nxt) as committer:
+        committer.commit(nxt, [sink.precommitted(0, ["b-0"], "", 0, write=nxt).participant()])
+    assert sorted(r.value.decode() for r in consume_all(kafka.bootstrap, sink.output)) == sorted(rows[0] + ["b-0"])

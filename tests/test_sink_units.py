@@ -567,3 +567,55 @@ def test_a_task_s_transaction_handle_reads_back_from_its_decision_record():
     assert empty.participant().records == 0 and TransactionHandle.of(empty.participant()).family == "fab"
     with pytest.raises(KeyError):  # a handle without its producer is a corrupt record, not epoch -1
         TransactionHandle.from_json({"family": "fab"})
+
+
+@pytest.mark.parametrize("flaky", ["cluster metadata", "coordinator client", "commit-log topic",
+                                   "commit-log writer", "pre-decision check"])
+def test_every_setup_step_of_a_driver_step_is_retried_when_it_fails_transiently(monkeypatch, flaky):
+    """A broker restarting answers the first request of a step with a retriable error for
+    a moment. Each setup step of the driver's commit (the cluster's topics, the coordinator
+    client, the commit-log topic, fencing the commit-log writer) and the check before the
+    decision is retried, so the batch commits (review finding 10 found some of them unretried)."""
+    import time
+
+    from kafka_eos_ds.errors import KafkaClientError
+    from kafka_eos_ds.kafka.driver_session import SESSIONS
+    from kafka_eos_ds.sink import kafka_sink
+    from kafka_eos_ds.twophase import Participant
+    from kafka_eos_ds.twophase.identity import Kind, WriteId
+
+    failures = {flaky: 1}
+
+    def once(step, answer=None):
+        def call(*_args, **_kwargs):
+            if failures.get(step):
+                failures[step] -= 1
+                raise KafkaClientError(f"{step}: the broker is restarting", retriable=True)
+            return answer() if callable(answer) else answer
+        return call
+
+    now_ms = int(time.time() * 1000)
+    coordinator = _DescribingCoordinator({"etl-0-0": TxnState("etl-0-0", "Ongoing", 7, 3, now_ms, 900_000)})
+    coordinator.refresh = lambda: None
+    coordinator.describe_many = once("pre-decision check", lambda: {"etl-0-0": coordinator.states["etl-0-0"]})
+    logs = []
+
+    def decision_log(*_args):
+        log = _fence_free(FakeLog())
+        log.ensure_topic, log.fence_writers = once("commit-log topic", 1), once("commit-log writer")
+        logs.append(log)
+        return log
+
+    SESSIONS.close()  # no coordinator client kept from an earlier test: this one builds its own
+    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", once("coordinator client", lambda: coordinator))
+    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", decision_log)
+    monkeypatch.setattr(kafka_sink, "cluster_metadata", once("cluster metadata"))
+    monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
+    monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=30)
+    try:
+        sink.commit(WriteId(Kind.STREAM, "q", 1), [Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})])
+    finally:
+        SESSIONS.close()
+    assert failures[flaky] == 0  # the step did fail once ...
+    assert [d.state.value for _, d in logs[-1].records] == ["decided", "done"]  # ... and the batch committed

@@ -9,6 +9,7 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Kind, Participant, WriteId, WriteSpec
 from kafka_eos_ds.twophase.identity import identify, matches
+from kafka_eos_ds.twophase.protocol import DecisionState
 from kafka_eos_ds.twophase.recovery import plan_write, stream_target
 from tests.test_twophase import committer
 
@@ -213,10 +214,51 @@ def test_a_job_keeps_another_jobs_decision_when_finishing_it_fails_part_way():
     assert log.unfinished("j") == [("j:w1", stuck)]  # the next writer finishes the rest
 
 
-def test_a_job_whose_commit_fails_after_its_decision_says_it_is_committed():
+def test_a_job_whose_commit_does_not_get_through_says_its_output_is_decided_and_will_be_committed():
+    from kafka_eos_ds.twophase import Outcome
+
+    tpc, log, events = committer(outcomes={"p:j2-1-0": [Outcome.RETRY]}, timeout=1.0)
+    with pytest.raises(TransactionError, match="The job's output is decided: its rows become visible.*txnAppId"):
+        tpc.commit(WriteId(Kind.JOB, "w2", 0, job="w2"), [part(0, family="j2"), part(1, family="j2")])
+    assert log.latest("j:w2").state is DecisionState.DECIDED  # the next writer on the prefix commits the rest
+
+
+@pytest.mark.parametrize("kind", [Kind.JOB, Kind.APP])
+def test_a_batch_write_whose_transaction_was_lost_says_its_output_is_partial_and_records_it(kind):
+    """Before: the error of a lost transaction went on to say that the job's rows would
+    become visible once the rest was committed; nothing was left to commit, and the next
+    write on the prefix failed on the same loss."""
     from kafka_eos_ds.errors import TransactionLostError
     from kafka_eos_ds.twophase import Outcome
 
-    tpc, log, events = committer(outcomes={"p:j2-1-0": [Outcome.LOST]})
-    with pytest.raises(TransactionLostError, match="The job's output is decided.*txnAppId"):
+    family = "j2" if kind is Kind.JOB else WriteId(Kind.APP, "orders", 4).family
+    tpc, log, events = committer(outcomes={f"p:{family}-1-0": [Outcome.LOST]})
+    write = WriteId(kind, "w2" if kind is Kind.JOB else "orders", 0 if kind is Kind.JOB else 4, job="w2")
+    with pytest.raises(TransactionLostError) as raised:
+        tpc.commit(write, [part(0, family=family), part(1, family=family)])
+    message = str(raised.value)
+    assert "become visible" not in message and "not in the output" in message
+    assert "output is partial" in message and "the committed ones a second time" in message
+    if kind is Kind.JOB:
+        assert log.latest(write.key).state is DecisionState.LOST
+    else:
+        # An app write stays decided: its user's retry, the same version again, fails the
+        # same way (it never reports success without the lost rows).
+        assert "fails the same way" in message and log.latest(write.key).state is DecisionState.DECIDED
+        with pytest.raises(TransactionLostError):
+            tpc.commit(write, [part(0, family=family)])
+    # The next job on the prefix is not failed by it again.
+    tpc.commit(WriteId(Kind.JOB, "w3", 0, job="w3"), [part(0, family="j3")])
+    assert ("commit", "p:j3-0-0") in events
+
+
+def test_a_job_whose_commit_outcome_cannot_be_told_says_what_to_check_and_records_it():
+    from kafka_eos_ds.errors import TransactionOutcomeUnknownError
+    from kafka_eos_ds.twophase import Outcome
+
+    tpc, log, events = committer(outcomes={"p:j2-1-0": [Outcome.UNKNOWN]})
+    with pytest.raises(TransactionOutcomeUnknownError, match="Check with a read_committed consumer") as raised:
         tpc.commit(WriteId(Kind.JOB, "w2", 0, job="w2"), [part(0, family="j2"), part(1, family="j2")])
+    assert "become visible" not in str(raised.value)
+    assert log.latest("j:w2").state is DecisionState.UNTOLD
+    tpc.commit(WriteId(Kind.JOB, "w3", 0, job="w3"), [part(0, family="j3")])

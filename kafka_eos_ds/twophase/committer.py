@@ -56,6 +56,20 @@ _APP_DECIDED = ("The write (txnAppId {app!r}, txnVersion {version}) is decided: 
 _JOB_DECIDED = ("The job's output is decided: its rows become visible once the rest is committed, which the next "
                 "write with the same 'transactionalIdPrefix' does first. Running this job again writes its rows a "
                 "second time; give the job 'txnAppId' and 'txnVersion' to make a re-run add nothing.")
+# A batch write whose own commit found some of its transactions aborted, or could no
+# longer tell their outcome: nothing will commit the rest, so "will become visible" would
+# be false; what is in the output, and what a re-run does, is said instead.
+_JOB_LOST = ("The job's other transactions are committed: its output is partial, and the aborted transactions' "
+             "rows will not be written by anything. Running this job again writes all of its rows, the committed "
+             "ones a second time.")
+_APP_LOST = ("The write's (txnAppId {app!r}, txnVersion {version}) other transactions are committed: its output is "
+             "partial, and running it again with the same txnAppId and txnVersion fails the same way; a new "
+             "txnVersion writes all of its rows, the committed ones a second time.")
+_JOB_UNTOLD = ("Check with a read_committed consumer whether the job's rows are in the output before running it "
+               "again: a re-run writes all of them, a second time if they are.")
+_APP_UNTOLD = ("Check with a read_committed consumer whether the write's rows (txnAppId {app!r}, txnVersion "
+               "{version}) are in the output: running it again with the same txnAppId and txnVersion stops here "
+               "again, and a new txnVersion writes all of them, a second time if they are.")
 
 
 class TwoPhaseCommitter:
@@ -240,11 +254,7 @@ class TwoPhaseCommitter:
         except Exception as exc:
             if write.kind not in (Kind.JOB, Kind.APP):
                 raise
-            # A batch write is reported failed by Spark: its error must say that its output
-            # is decided all the same, or a re-run would write it twice without knowing.
-            kind = type(exc) if isinstance(exc, KafkaEosError) else TransactionError
-            told = _JOB_DECIDED if write.kind is Kind.JOB else _APP_DECIDED.format(app=write.app, version=batch)
-            raise kind(f"{exc} {told}", retriable=False) from exc
+            raise self._batch_write_failed(write, decision, exc) from exc
         faults.check("driver-after-all-commits", batch=batch)
         self._publish(decision)
         if plan.write_decision:
@@ -255,6 +265,36 @@ class TwoPhaseCommitter:
         self.decisions.write(write.key, decision.with_state(DONE))
         faults.check("driver-after-done", batch=batch)
         self._forget_job(write)
+
+    def _batch_write_failed(self, write: WriteId, decision: Decision, exc: Exception) -> KafkaEosError:
+        """The error of a batch write (JOB, APP) whose commit failed after its decision.
+        Spark reports the job failed: the error must say what became of its output, or a
+        re-run would write it twice without anyone knowing. A job's outcome known to be
+        final (lost, or no longer to be told) is recorded here, so that no later job on the
+        prefix fails on it again (:meth:`_finish_jobs`). An app write's stays decided: its
+        user retries it by running the same version again, which must say so again, not
+        succeed without its rows."""
+        kind = type(exc) if isinstance(exc, KafkaEosError) else TransactionError
+        job, version = write.kind is Kind.JOB, write.version
+        if isinstance(exc, TransactionLostError):
+            if job:
+                self._record_final(write.key, decision.with_state(DecisionState.LOST))
+            told = _JOB_LOST if job else _APP_LOST.format(app=write.app, version=version)
+        elif isinstance(exc, TransactionOutcomeUnknownError):
+            if job:
+                self._record_final(write.key, decision.with_state(DecisionState.UNTOLD))
+            told = _JOB_UNTOLD if job else _APP_UNTOLD.format(app=write.app, version=version)
+        else:  # the commit did not get through: the decision stands, and the rest is committed later
+            told = _JOB_DECIDED if job else _APP_DECIDED.format(app=write.app, version=version)
+        return kind(f"{exc} {told}", retriable=False)
+
+    def _record_final(self, key: str, decision: Decision) -> None:
+        """Record a batch write's final outcome; if that fails too, the next writer on the
+        prefix finds the decision unfinished and records it (failing once, as it did before)."""
+        try:
+            self._record(key, decision)
+        except KafkaEosError as exc:
+            log.warning("could not record how %s ended (%s); the next write on the prefix records it", key, exc)
 
     def abort(self, write: WriteId | None, messages: Iterable[Participant | None],
               fallback: WriteId | None = None) -> None:
