@@ -215,6 +215,31 @@ def test_7_checkpoint_lost_after_the_last_batch_an_idle_new_query_finishes_it(pi
     _finishes_exactly_once(pipeline)
 
 
+@pytest.mark.full  # two runs, ~70 s; the unit tests cover the check with a fake group
+def test_7_checkpoint_and_group_offsets_both_lost_the_new_query_stops_before_writing(pipeline):
+    # The query finishes; then its checkpoint is deleted and its source group's offsets
+    # expire (deleted here). The new query starts from the group, which holds nothing: it
+    # would re-read the whole input and write it a second time. Its sink's recovery sees
+    # that the group does not hold where the output ends and stops before any task writes.
+    from confluent_kafka.admin import AdminClient
+
+    run = pipeline.run()
+    assert run.returncode == 0, run.log[-3000:]
+    assert len(pipeline.visible()) == RECORDS
+    shutil.rmtree(pipeline.checkpoint)
+    group = f"{pipeline.prefix}-source"
+    admin = AdminClient(pipeline.conf)  # kept: its futures end with the client
+    admin.delete_consumer_groups([group], request_timeout=30)[group].result(60)
+    run = pipeline.run()
+    assert run.returncode != 0
+    assert "cannot start where its output ends" in run.log and f"consumer group '{group}'" in run.log, \
+        run.log[-3000:]
+    assert "holds no offsets for the input" in run.log
+    assert len(pipeline.visible()) == RECORDS  # nothing written twice
+    report = pipeline.audit()
+    assert report.ok and report.unique_out == RECORDS == report.records_out, report.table()
+
+
 def test_8_a_decided_batch_lost_to_the_timeout_is_abandoned_and_run_again(pipeline):
     # 20 s: long enough for a batch to pass the check before its decision (half the
     # timeout left), short enough for the broker to abort the decided batch soon after.
