@@ -158,15 +158,15 @@ def _sink(kafka, topic, **options):
         driver = KafkaSink(config, commit_timeout_s=30)
 
         @staticmethod
-        def precommitted(partition, rows, query, batch, write=None):
+        def precommitted(partition, rows, query, batch, write=None, attempt=0):
             """One task's transaction, written and left open, as a task hands it to the driver
             (``write``: the write it belongs to; by default micro-batch ``batch`` of stream ``query``)."""
             write = write or WriteId(Kind.STREAM, query, batch)
-            writer = _PartitionWriter(S.config, partition, 0, write.family)
+            writer = _PartitionWriter(S.config, partition, attempt, write.family)
             writer.write_all([(r,) for r in rows])
             writer.pre_commit()
             assert writer.pid_epoch is not None
-            return KafkaCommitMessage(write, partition, 0, len(rows), write.family, writer.transactional_id,
+            return KafkaCommitMessage(write, partition, attempt, len(rows), write.family, writer.transactional_id,
                                       *writer.pid_epoch)
 
         @staticmethod
@@ -473,3 +473,68 @@ def test_a_batch_job_whose_transaction_ends_without_it_says_what_is_in_the_outpu
     with sink.driver._committer(nxt) as committer:
         committer.commit(nxt, [sink.precommitted(0, ["b-0"], "", 0, write=nxt).participant()])
     assert sorted(r.value.decode() for r in consume_all(kafka.bootstrap, sink.output)) == sorted(rows[0] + ["b-0"])
+
+
+def _open_ids(sink):
+    from kafka_eos_ds.sink import list_transactions
+
+    return sorted(t.transactional_id for t in list_transactions(sink.conf, sink.prefix) if t.open)
+
+
+def test_a_zombie_transaction_on_a_just_committed_id_is_swept_after_the_commit(kafka, new_topic):
+    # A zombie task's InitProducerId that reaches the coordinator after the batch committed
+    # opens a new transaction on the id the decision names. Before: the sweep after the
+    # commit spared every id of the decision, and the zombie's transaction held back
+    # read_committed readers of the partition until its timeout (the simulation's
+    # checkpoint-lost seed 302343).
+    sink = _sink(kafka, new_topic(1, prefix="out"))
+    write = WriteId(Kind.STREAM, "q", 0)
+    zombie: list = []
+
+    def reopen(point, batch=None, **_):
+        if point == "driver-after-all-commits":
+            producer = Producer({"bootstrap.servers": kafka.bootstrap,
+                                 "transactional.id": f"{sink.prefix}-0-0"})
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            producer.produce(sink.output, b"zombie")
+            producer.flush(30)
+            zombie.append(producer)  # kept: its transaction stays open
+
+    with sink.driver._committer(write) as committer:
+        task = sink.precommitted(0, ["r0", "r1"], "q", 0)
+        faults.install(reopen)
+        try:
+            committer.commit(write, [task.participant()])
+        finally:
+            faults.install(None)
+    assert zombie and _open_ids(sink) == []
+    assert sorted(r.value.decode() for r in consume_all(kafka.bootstrap, sink.output)) == ["r0", "r1"]
+
+
+def test_finishing_another_drivers_decision_of_the_batch_aborts_this_drivers_own_transactions(kafka, new_topic):
+    # Two drivers of one query ran batch 0 (one presumed dead came back): the other one
+    # decided it first with its task's transaction. This driver finds that decision at its
+    # commit and finishes it; its own tasks' transactions are in no decision. Before: they
+    # stayed open after the batch (the simulation's stream seed 302360).
+    sink = _sink(kafka, new_topic(2, prefix="out"))
+    write = WriteId(Kind.STREAM, "q", 0)
+    with sink.driver._committer(write) as committer:
+        theirs = sink.precommitted(0, ["a0", "a1"], "q", 0)
+
+        def crash(point, batch=None, **_):
+            if point == "driver-after-decision":
+                raise RuntimeError("the other driver stops here")
+
+        faults.install(crash)
+        try:
+            with pytest.raises(RuntimeError):
+                committer.commit(write, [theirs.participant()])
+        finally:
+            faults.install(None)
+    ours = [sink.precommitted(0, ["b0"], "q", 0, attempt=1), sink.precommitted(1, ["b1"], "q", 0)]
+    with sink.driver._committer(write) as committer:
+        committer.commit(write, [m.participant() for m in ours])
+    assert _open_ids(sink) == []
+    assert sorted(r.value.decode() for r in consume_all(kafka.bootstrap, sink.output)) == ["a0", "a1"]
+

@@ -160,11 +160,16 @@ class FakeParticipants:
     def __init__(self, events, outcomes=None, open_ids=()):
         self.events, self.outcomes, self._open = events, dict(outcomes or {}), list(open_ids)
         self.checked = []
+        self._ended: set = set()  # committed here: no longer Ongoing, as on a broker
+        self.reopened: list = []  # open again after their commit (a zombie's late InitProducerId)
 
     def commit(self, p):
         self.events.append(("commit", p.id))
         todo = self.outcomes.get(p.id, [Outcome.COMMITTED])
-        return todo.pop(0) if len(todo) > 1 else todo[0]
+        outcome = todo.pop(0) if len(todo) > 1 else todo[0]
+        if outcome is Outcome.COMMITTED:
+            self._ended.add(p.id)
+        return outcome
 
     unfit_reason = None
 
@@ -180,7 +185,7 @@ class FakeParticipants:
         return [f"p-{p.partition}-{a}" for a in range(p.attempt)]
 
     def open_ids(self, write):
-        return self._open
+        return [i for i in self._open if i not in self._ended] + self.reopened
 
     def lost_message(self, parts):
         return "check kafka.transaction.timeout.ms"
@@ -241,6 +246,31 @@ def test_a_batch_whose_participants_cannot_commit_is_refused_before_the_decision
     assert log.latest() is None and events == [] and tpc.participants.checked[0][0] == ("p-0-0", "p-1-0")
     tpc.abort(stream("q", 1), [part(0), part(1)])      # what Spark does next: both are fenced
     assert ("fence", "p-0-0") in events and ("fence", "p-1-0") in events
+
+
+def test_a_commit_that_finishes_another_drivers_decision_of_its_batch_aborts_its_own_transactions():
+    """A driver presumed dead came back and decided batch 1 with its tasks' transactions
+    while the new driver ran it too; the new driver finishes that decision, and its own
+    tasks' transactions, in no decision, are aborted at once (found by the simulation's
+    exploration, stream seed 302360: before, they stayed open after the query finished)."""
+    decided = Decision("q", 1, DECIDED, (part(0),))
+    tpc, log, events = committer(latest=decided)
+    tpc.commit(stream("q", 1), [part(0, attempt=1), part(1)])
+    assert ("commit", "p-0-0") in events and log.latest().state == DONE
+    assert ("fence", "p-0-1") in events and ("fence", "p-1-0") in events
+    assert ("fence", "p-0-0") not in events and ("commit", "p-1-0") not in events
+
+
+def test_a_decided_id_open_again_after_its_commit_is_swept():
+    """A zombie task of an earlier batch whose InitProducerId reached the coordinator late
+    opened a new transaction on the id the batch just committed; the sweep used to spare
+    every id of the decision, and the transaction held readers back after the last batch
+    (found by the simulation's exploration, checkpoint-lost seed 302343)."""
+    tpc, log, events = committer()
+    tpc.participants.reopened = ["p-0-0"]
+    tpc.commit(stream("q", 1), [part(0)])
+    assert events.index(("commit", "p-0-0")) < events.index(("fence", "p-0-0"))
+    assert log.latest().state == DONE
 
 
 def test_a_redone_commit_of_a_decided_batch_is_not_checked_again():

@@ -262,6 +262,13 @@ class TwoPhaseCommitter:
             # (a failed attempt, a zombie), and so may the losing attempts of speculation
             # (any attempt number); they hold back readers until fenced.
             self._fence(self._strays(write, decision, superseded))
+        else:
+            # A decision another run wrote (one presumed dead that came back, or an app
+            # write's earlier run) was finished instead of this run's: its tasks' own
+            # transactions are in no decision, and would hold back readers until the next
+            # recovery or their timeout.
+            decided = {p.id for p in decision.participants}
+            self._fence(sorted({p.id for p in messages if p is not None and p.records > 0} - decided))
         self.decisions.write(write.key, decision.with_state(DONE))
         faults.check("driver-after-done", batch=batch)
         self._forget_job(write)
@@ -337,13 +344,15 @@ class TwoPhaseCommitter:
                 "Nothing of the batch is visible; restarting the query runs it again.", retriable=True)
 
     def _strays(self, write: WriteId, decision: Decision, superseded: Sequence[str]) -> list[str]:
-        """What to fence once ``decision`` is committed: the superseded ids, and every other
-        id of the writer still open. Only the write just committed can be decided and
-        unfinished here (an earlier decision was finished first), and its participants
-        are committing, not open; so nothing that belongs to a decision is fenced."""
+        """What to fence once ``decision`` is committed: the superseded ids, and every id
+        of the writer still open. Only the write just committed can be decided and
+        unfinished here (an earlier decision was finished first), and its participants are
+        committed, past ``Ongoing``: an id of the decision that is open again holds a
+        transaction begun since its commit (a zombie task's, whose InitProducerId arrived
+        late), which no decision names and which would hold back readers."""
         decided = {p.id for p in decision.participants}
         still_open = self._open_ids(write)
-        return sorted((set(superseded) | set(still_open)) - decided)
+        return sorted((set(superseded) - decided) | set(still_open))
 
     def _finish(self, key: str, decision: Decision) -> None:
         if decision.progress is not None:

@@ -110,7 +110,9 @@ class StreamQuery:
             self.oracle.lost_claim(error)
         self.oracle.unknown_claim(error)
         if isinstance(error, KafkaEosError) and not error.retriable:
-            key = f"{type(error).__name__}: {str(error)[:60]}"
+            # The error's head, long enough to name the batch or write it concerns: two
+            # failures of different writes (txnVersion 0, then 1) are not one error twice.
+            key = f"{type(error).__name__}: {str(error)[:120]}"
             self.loud[key] = self.loud.get(key, 0) + 1
             if self.loud[key] >= 2:  # the same on two restarts: it fails every time
                 self.outcome = "loud"
