@@ -167,16 +167,12 @@ class TwoPhaseCommitter:
             log.warning("finishing the commit of batch job %s, which stopped after its decision", decision.query_id)
             try:
                 self._finish(key, decision)
-            except TransactionLostError:
-                # Known lost (and said so, by this error): recorded, so that the loss fails
-                # one write, not every later one. Any other failure keeps the decision for
-                # the next writer: the job may even still be committing it itself.
-                self._record(key, decision.with_state(DecisionState.LOST))
-                raise
-            except TransactionOutcomeUnknownError:
-                # The same for an outcome that can no longer be told: said once, by this
-                # error, which names what to check; asking again would only say it again.
-                self._record(key, decision.with_state(DecisionState.UNTOLD))
+            except (TransactionLostError, TransactionOutcomeUnknownError) as exc:
+                # Known lost, or no longer to be told (and said so, by this error, which names
+                # what to check): recorded, so that it fails one write, not every later one.
+                # Any other failure keeps the decision for the next writer: the job may even
+                # still be committing it itself.
+                self._record(key, decision.with_state(_final_state(exc)))
                 raise
 
     def _record(self, key: str, decision: Decision) -> None:
@@ -284,15 +280,14 @@ class TwoPhaseCommitter:
         kind = type(exc) if isinstance(exc, KafkaEosError) else TransactionError
         job, version = write.kind is Kind.JOB, write.version
         if isinstance(exc, TransactionLostError):
-            if job:
-                self._record_final(write.key, decision.with_state(DecisionState.LOST))
             told = _JOB_LOST if job else _APP_LOST.format(app=write.app, version=version)
         elif isinstance(exc, TransactionOutcomeUnknownError):
-            if job:
-                self._record_final(write.key, decision.with_state(DecisionState.UNTOLD))
             told = _JOB_UNTOLD if job else _APP_UNTOLD.format(app=write.app, version=version)
         else:  # the commit did not get through: the decision stands, and the rest is committed later
             told = _JOB_DECIDED if job else _APP_DECIDED.format(app=write.app, version=version)
+        final = _final_state(exc)
+        if job and final is not None:
+            self._record_final(write.key, decision.with_state(final))
         return kind(f"{exc} {told}", retriable=False)
 
     def _record_final(self, key: str, decision: Decision) -> None:
@@ -538,3 +533,14 @@ def _key_of(write: WriteId, decision: Decision) -> str:
     if write.kind is Kind.STREAM:
         return f"{Kind.STREAM.value}:{decision.query_id}"
     return write.key
+
+
+def _final_state(exc: BaseException) -> DecisionState | None:
+    """The state a decision's commit ended in, when ``exc`` says it is final: LOST (its
+    transactions were aborted) or UNTOLD (their outcome can no longer be told); None when
+    the commit may still get through."""
+    if isinstance(exc, TransactionLostError):
+        return DecisionState.LOST
+    if isinstance(exc, TransactionOutcomeUnknownError):
+        return DecisionState.UNTOLD
+    return None
