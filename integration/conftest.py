@@ -125,6 +125,12 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.S3UnderTest
 
 
 @pytest.fixture(scope="session")
+def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.GcsUnderTest]:
+    """A GCS emulator: ``KAFKA_EOS_GCS_ENDPOINT``, else an embedded fake-gcs-server."""
+    yield from storage.gcs_server(tmp_path_factory.mktemp("gcs"))
+
+
+@pytest.fixture(scope="session")
 def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.MetastoreUnderTest]:
     """A Hive metastore: ``KAFKA_EOS_METASTORE=thrift://host:port``, else an embedded one."""
     yield from storage.metastore_server(tmp_path_factory.mktemp("metastore"))

@@ -1,11 +1,12 @@
-"""The storage servers of the integration tests: HDFS, an S3-compatible store, a Hive
-metastore. Each is an existing server named in the environment, or else the project's
+"""The storage servers of the integration tests: HDFS, an S3-compatible store, a GCS
+emulator, a Hive metastore. Each is an existing server named in the environment, or else the project's
 embedded one (``kafka_eos_tools.storage``) started on 127.0.0.1 for the session:
 
 * ``KAFKA_EOS_HDFS=hdfs://host:port`` (``KAFKA_EOS_WEBHDFS=http://host:port`` optional);
 * ``KAFKA_EOS_S3_ENDPOINT=http://host:port`` with ``KAFKA_EOS_S3_ACCESS_KEY``,
   ``KAFKA_EOS_S3_SECRET_KEY`` and ``KAFKA_EOS_S3_REGION`` (default us-east-1); without
   the keys the client libraries' own chain (``AWS_ACCESS_KEY_ID``, ...) applies;
+* ``KAFKA_EOS_GCS_ENDPOINT=http://host:port``: a GCS emulator (no credentials);
 * ``KAFKA_EOS_METASTORE=thrift://host:port``.
 
 The conftest's fixtures call these only when a test asks for them, so a run that uses
@@ -19,7 +20,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -83,10 +86,12 @@ def header_lines() -> list[str]:
     """What the pytest header says about each server (started only if a test asks)."""
     hdfs = os.environ.get("KAFKA_EOS_HDFS")
     s3 = os.environ.get("KAFKA_EOS_S3_ENDPOINT")
+    gcs = os.environ.get("KAFKA_EOS_GCS_ENDPOINT")
     metastore = os.environ.get("KAFKA_EOS_METASTORE")
     return [
         f"hdfs: external at {hdfs}" if hdfs else "hdfs: embedded MiniDFSCluster on 127.0.0.1 (if a test asks)",
         f"s3: external at {s3}" if s3 else "s3: embedded MinIO on 127.0.0.1 (if a test asks)",
+        f"gcs: external at {gcs}" if gcs else "gcs: embedded fake-gcs-server on 127.0.0.1 (if a test asks)",
         f"metastore: external at {metastore}" if metastore
         else "metastore: embedded Hive metastore on 127.0.0.1 (if a test asks)",
     ]
@@ -100,12 +105,7 @@ def hdfs_server(directory: Path) -> Iterator[HdfsUnderTest]:
     from kafka_eos_tools.storage.hdfs import EmbeddedHdfs
 
     server = EmbeddedHdfs(directory)
-    started = time.monotonic()
-    try:
-        url = server.start()
-        yield HdfsUnderTest(url, "embedded", server.webhdfs, time.monotonic() - started)
-    finally:
-        server.stop()
+    yield from _embedded(server, lambda url, took: HdfsUnderTest(url, "embedded", server.webhdfs, took))
 
 
 def s3_server(directory: Path) -> Iterator[S3UnderTest]:
@@ -117,13 +117,32 @@ def s3_server(directory: Path) -> Iterator[S3UnderTest]:
     from kafka_eos_tools.storage.minio import EmbeddedMinio
 
     server = EmbeddedMinio(directory)
-    started = time.monotonic()
-    try:
-        endpoint = server.start()
-        yield S3UnderTest(endpoint, "embedded", server.access_key, server.secret_key, server.region,
-                          time.monotonic() - started)
-    finally:
-        server.stop()
+    yield from _embedded(server, lambda endpoint, took: S3UnderTest(
+        endpoint, "embedded", server.access_key, server.secret_key, server.region, took))
+
+
+@dataclass
+class GcsUnderTest:
+    endpoint: str  # http://host:port, the JSON API's root
+    kind: str  # "external" | "embedded"
+    start_seconds: float = 0.0
+
+    def new_bucket(self) -> str:
+        from kafka_eos_tools.storage.gcs import create_bucket
+
+        name = f"kafka-eos-{uuid.uuid4().hex[:12]}"
+        create_bucket(self.endpoint, name)
+        return name
+
+
+def gcs_server(directory: Path) -> Iterator[GcsUnderTest]:
+    external = os.environ.get("KAFKA_EOS_GCS_ENDPOINT")
+    if external:
+        yield GcsUnderTest(external, "external")
+        return
+    from kafka_eos_tools.storage.gcs import EmbeddedGcs
+
+    yield from _embedded(EmbeddedGcs(directory), lambda endpoint, took: GcsUnderTest(endpoint, "embedded", took))
 
 
 def metastore_server(directory: Path) -> Iterator[MetastoreUnderTest]:
@@ -133,10 +152,16 @@ def metastore_server(directory: Path) -> Iterator[MetastoreUnderTest]:
         return
     from kafka_eos_tools.storage.metastore import EmbeddedMetastore
 
-    server = EmbeddedMetastore(directory)
+    yield from _embedded(EmbeddedMetastore(directory),
+                         lambda uri, took: MetastoreUnderTest(uri, "embedded", took))
+
+
+def _embedded(server: Any, under_test: Callable[[str, float], T]) -> Iterator[T]:
+    """Start ``server`` for the session: what ``under_test(address, start seconds)`` makes
+    of it, then the server stopped (by pid) whatever the tests did."""
     started = time.monotonic()
     try:
-        uri = server.start()
-        yield MetastoreUnderTest(uri, "embedded", time.monotonic() - started)
+        address = server.start()
+        yield under_test(address, time.monotonic() - started)
     finally:
         server.stop()

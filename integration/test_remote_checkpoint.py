@@ -1,9 +1,11 @@
-"""Checkpoints where production keeps them: on HDFS (a real MiniDFSCluster on 127.0.0.1)
-and on an S3-compatible store (a real MinIO on 127.0.0.1, through Spark's ``s3a://``).
+"""Checkpoints where production keeps them: on HDFS (a real MiniDFSCluster on 127.0.0.1),
+on an S3-compatible store (a real MinIO on 127.0.0.1, through Spark's ``s3a://``) and on
+GCS (fake-gcs-server on 127.0.0.1, through Google's GCS connector for ``gs://``).
 
 Spark writes the checkpoint with its own Hadoop client (for ``s3a://``, hadoop-aws and the
-AWS SDK, fetched by Maven at pyspark's Hadoop version); the sink's driver-side Python reads
-it through hdfs-native or boto3 (kafka_eos_ds/storage/). What depends on reading it must
+AWS SDK, fetched by Maven at pyspark's Hadoop version; for ``gs://``, the GCS connector's
+shaded jar); the sink's driver-side Python reads it through hdfs-native, boto3 or pyarrow's
+GCS client (kafka_eos_ds/storage/). What depends on reading it must
 work there as on a local disk: the query's own decisions (its id, from ``metadata``), the
 guard against a lost commit log (``commits/``), and ``sourceGroupId`` (the batch's end
 offsets from ``offsets/N``).
@@ -23,7 +25,7 @@ from integration.sink_runs import assert_crashed, run_pipeline, seed
 from integration.test_sink_crash import _visible_once_markers_land
 from kafka_eos_tools.audit import audit
 
-pytestmark = pytest.mark.storage  # starts HDFS or MinIO: the gate's second lane
+pytestmark = pytest.mark.storage  # starts HDFS, MinIO or a GCS emulator: the gate's second lane
 
 RECORDS, BATCH = 600, 150
 
@@ -87,10 +89,52 @@ class _S3:
                                   Delete={"Objects": [{"Key": o["Key"]} for o in listed[page:page + 1000]]})
 
 
-@pytest.fixture(params=["hdfs", "s3"])
+class _Gcs:
+    """A checkpoint under a fresh bucket of the GCS emulator: Spark gets the GCS connector
+    and the emulator's address as settings, the sink the same address as its ``fs.gs.*``
+    options. The emulator takes no credentials."""
+
+    def __init__(self, gcs) -> None:
+        from kafka_eos_tools.storage import gcs as connector
+
+        self.gcs, self.bucket = gcs, gcs.new_bucket()
+        self.key = f"checkpoints/{uuid.uuid4().hex[:8]}"
+        self.checkpoint = f"gs://{self.bucket}/{self.key}"
+        self.job_args = ["--jars", connector.spark_jars()]
+        for key, value in connector.spark_settings(gcs.endpoint).items():
+            self.job_args += ["--conf", f"{key}={value}"]
+        self.sink_options = [f"fs.gs.storage.root.url={gcs.endpoint}", "fs.gs.auth.type=UNAUTHENTICATED"]
+        self.env = None
+        self.secret = None
+
+    def _files(self):
+        from pyarrow import fs
+
+        host = self.gcs.endpoint.split("://", 1)
+        return fs.GcsFileSystem(anonymous=True, scheme=host[0], endpoint_override=host[1])
+
+    def metadata(self) -> str:
+        with self._files().open_input_stream(f"{self.bucket}/{self.key}/metadata") as f:
+            return bytes(f.read()).decode()
+
+    def delete(self) -> None:
+        from pyarrow import fs
+
+        files = self._files()
+        listed = files.get_file_info(fs.FileSelector(f"{self.bucket}/{self.key}", recursive=True))
+        assert any(info.base_name == "metadata" for info in listed)  # the checkpoint was there
+        for info in listed:
+            if info.is_file:
+                files.delete_file(info.path)
+
+
+_STORES = {"hdfs": ("hdfs", _Hdfs), "s3": ("s3", _S3), "gcs": ("gcs", _Gcs)}
+
+
+@pytest.fixture(params=sorted(_STORES))
 def remote(request, kafka, new_topic, tmp_path):
-    store = _Hdfs(request.getfixturevalue("hdfs")) if request.param == "hdfs" \
-        else _S3(request.getfixturevalue("s3"))
+    server, kind = _STORES[request.param]
+    store = kind(request.getfixturevalue(server))
     input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
     seed(kafka.bootstrap, input_topic, RECORDS)
 

@@ -13,6 +13,8 @@ for S3, hmsclient for the Hive metastore, and Spark's own Hadoop and Hive client
   session reading the table sees a partition's rows only once it is registered.
 * Spark's Hadoop client writes and resumes a streaming checkpoint on ``hdfs://``, which
   Python then reads.
+* GCS (an emulator): the sink's checkpoint reader (pyarrow's GCS client) sees what another
+  client wrote, and tells a missing file from a missing directory.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ pytest.importorskip("hmsclient", reason=_NO_EXTRA)
 
 from integration.hive_tables import external_parquet_table, partition  # noqa: E402
 from integration.spark_driver import SparkDriver  # noqa: E402
-from integration.storage import HdfsUnderTest, MetastoreUnderTest, S3UnderTest  # noqa: E402
+from integration.storage import GcsUnderTest, HdfsUnderTest, MetastoreUnderTest, S3UnderTest  # noqa: E402
 
 # What the storage servers themselves do, which the table sink will rely on: the full
 # profile. The gate meets HDFS through the product (test_remote_checkpoint.py); MinIO
@@ -228,6 +230,34 @@ def test_s3_multipart_upload_is_invisible_until_another_process_completes_it(s3:
         assert again in ({"error": "NoSuchUpload"}, completed), again
     assert client.head_object(Bucket=bucket, Key=key)["ETag"] == completed["etag"]
     assert _keys(client, bucket) == [key]
+
+
+# -- GCS ---------------------------------------------------------------------------------------
+
+def test_gcs_checkpoint_files_written_by_one_client_are_read_by_the_sinks_reader(gcs: GcsUnderTest):
+    from pyarrow import fs
+
+    from kafka_eos_ds.errors import ConfigError
+    from kafka_eos_ds.sink.source_progress import Checkpoint
+    from kafka_eos_ds.storage import StorageOptions
+
+    bucket = gcs.new_bucket()
+    scheme, host = gcs.endpoint.split("://", 1)
+    writer = fs.GcsFileSystem(anonymous=True, scheme=scheme, endpoint_override=host)
+    for name, text in (("metadata", '{"id":"q-gcs"}\n'), ("offsets/0", 'v1\n{}\n{"in":{"0":5}}\n'),
+                       ("offsets/1", 'v1\n{}\n{"in":{"0":9}}\n'), ("commits/0", "v1\n{}\n")):
+        with writer.open_output_stream(f"{bucket}/ckpt/{name}") as out:
+            out.write(text.encode())
+    options = StorageOptions.from_options({"fs.gs.storage.root.url": gcs.endpoint,
+                                           "fs.gs.auth.type": "UNAUTHENTICATED"})
+    checkpoint = Checkpoint.at(f"gs://{bucket}/ckpt", options)
+    assert checkpoint.query_id() == "q-gcs"
+    assert checkpoint.latest_batch() == 1 and checkpoint.latest_batch("commits") == 0
+    assert checkpoint.end_offsets(1) == {"in": {"0": 9}}
+    fresh = Checkpoint.at(f"gs://{bucket}/other", options)  # a query's first batch: nothing there yet
+    assert fresh.query_id() is None and fresh.latest_batch("commits") == -1
+    with pytest.raises(ConfigError, match="cannot read Spark's offset log"):
+        checkpoint.end_offsets(2)
 
 
 # -- Hive metastore --------------------------------------------------------------------------

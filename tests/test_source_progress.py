@@ -52,19 +52,38 @@ def test_checkpoints_are_read_where_spark_keeps_them_and_other_schemes_are_named
     from kafka_eos_ds.storage import StorageOptions, locate, readable
 
     for location in ("/ckpt/q", "file:///ckpt/q", "hdfs://nn:8020/ckpt/q", "viewfs://cluster/ckpt/q",
-                     "s3a://bucket/ckpt/q", "s3://bucket/ckpt/q"):
+                     "s3a://bucket/ckpt/q", "s3://bucket/ckpt/q", "gs://bucket/ckpt/q"):
         assert readable(location), location
-    with pytest.raises(ConfigError, match="scheme 'abfs'.*hdfs://.*s3a://"):
+    assert not readable("abfs://c@acct.dfs.core.windows.net/ckpt")
+    with pytest.raises(ConfigError, match="scheme 'abfs'.*hdfs://.*s3a://.*gs://"):
         locate("abfs://c@acct.dfs.core.windows.net/ckpt")
+    # GCS is read (a checkpoint), never written: the file sink's steps need writes it cannot make there.
+    with pytest.raises(ConfigError, match="reads checkpoints from but does not write to"):
+        locate("gs://bucket/ckpt")
     with pytest.raises(ConfigError, match="checkpointLocation"):
         Checkpoint.at(None)
     options = StorageOptions.from_options({"fs.s3a.secret.key": "s3cr3t", "fs.s3a.endpoint": "h:9000", "topic": "x"})
     assert options.get("FS.S3A.ENDPOINT") == "h:9000" and "s3cr3t" not in repr(options) and "topic" not in repr(options)
 
 
+def test_a_checkpoint_on_gcs_is_read_through_pyarrow_with_the_connectors_option_names():
+    from kafka_eos_ds.storage import StorageOptions, checkpoint_files
+    from kafka_eos_ds.storage.gcs import GcsFiles
+
+    files, path = checkpoint_files("gs://bucket/ckpt/q", StorageOptions.from_options(
+        {"fs.gs.storage.root.url": "http://127.0.0.1:9", "fs.gs.auth.type": "UNAUTHENTICATED"}))
+    assert isinstance(files, GcsFiles) and files.url == "gs://bucket" and path == "/ckpt/q"
+    # The connector's key-file option has no pyarrow counterpart: asked for in the environment, not ignored.
+    with pytest.raises(ConfigError, match="fs.gs.auth.service.account.json.keyfile.*GOOGLE_APPLICATION_CREDENTIALS"):
+        GcsFiles("bucket", StorageOptions.from_options({"fs.gs.auth.service.account.json.keyfile": "/k.json"}))
+
+
 def test_source_group_needs_a_checkpoint_the_sink_can_read():
     with pytest.raises(ConfigError, match="sourceGroupId.*cannot be read"):
-        SinkConfig.from_options({**BASE, "sourceGroupId": "g", "checkpointLocation": "gs://b/ckpt"}, SCHEMA)
+        SinkConfig.from_options({**BASE, "sourceGroupId": "g", "checkpointLocation": "abfs://c@a.dfs.core.windows.net/k"},
+                                SCHEMA)
+    assert SinkConfig.from_options({**BASE, "sourceGroupId": "g", "checkpointLocation": "gs://b/ckpt"},
+                                   SCHEMA).source_group_id == "g"
     config = SinkConfig.from_options({**BASE, "sourceGroupId": "g", "checkpointLocation": "hdfs://nn:8020/c",
                                       "fs.s3a.access.key": "AKIA", "fs.s3a.secret.key": "s3cr3t"}, SCHEMA)
     assert config.storage.get("fs.s3a.access.key") == "AKIA" and "s3cr3t" not in repr(config)

@@ -3,6 +3,7 @@ the metastore's readiness call, and the errors for missing tools."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import struct
@@ -99,21 +100,37 @@ def test_minio_keeps_its_secret_out_of_its_repr(tmp_path):
     assert server.secret_key != minio.EmbeddedMinio(tmp_path).secret_key
 
 
-def test_missing_go_is_one_clear_line(tmp_path, monkeypatch):
+GO_SERVERS = [("minio", "KAFKA_EOS_MINIO_BINARY", "KAFKA_EOS_S3_ENDPOINT"),
+              ("gcs", "KAFKA_EOS_GCS_BINARY", "KAFKA_EOS_GCS_ENDPOINT")]
+
+
+@pytest.mark.parametrize("module, binary, endpoint", GO_SERVERS)
+def test_missing_go_is_one_clear_line(tmp_path, monkeypatch, module, binary, endpoint):
     monkeypatch.setenv("KAFKA_EOS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("KAFKA_EOS_MINIO_BINARY", raising=False)
-    with pytest.raises(ServerError, match="'go' is not on PATH.*KAFKA_EOS_S3_ENDPOINT") as info:
-        minio.binary()
+    monkeypatch.delenv(binary, raising=False)
+    with pytest.raises(ServerError, match=f"'go' is not on PATH.*{endpoint}") as info:
+        importlib.import_module(f"kafka_eos_tools.storage.{module}").binary()
     assert "\n" not in str(info.value)
 
 
-def test_a_named_minio_binary_must_be_executable(tmp_path, monkeypatch):
-    named = tmp_path / "minio"
+@pytest.mark.parametrize("module, binary, endpoint", GO_SERVERS)
+def test_a_named_server_binary_must_be_executable(tmp_path, monkeypatch, module, binary, endpoint):
+    named = tmp_path / "server"
     named.write_text("")
-    monkeypatch.setenv("KAFKA_EOS_MINIO_BINARY", str(named))
-    with pytest.raises(ServerError, match="KAFKA_EOS_MINIO_BINARY=.* is not an executable file"):
-        minio.binary()
+    monkeypatch.setenv(binary, str(named))
+    with pytest.raises(ServerError, match=f"{binary}=.* is not an executable file"):
+        importlib.import_module(f"kafka_eos_tools.storage.{module}").binary()
+
+
+def test_spark_reaches_the_gcs_emulator_without_credentials():
+    from kafka_eos_tools.storage import gcs
+
+    settings = gcs.spark_settings("http://127.0.0.1:4443")
+    assert settings["spark.hadoop.fs.gs.storage.root.url"] == "http://127.0.0.1:4443"
+    assert settings["spark.hadoop.fs.gs.auth.type"] == "UNAUTHENTICATED"
+    # Hadoop 3.5's core-default.xml says 64m, which the GCS connector cannot parse.
+    assert settings["spark.hadoop.fs.gs.block.size"] == str(64 << 20)
 
 
 def test_missing_javac_is_one_clear_line(tmp_path, monkeypatch):

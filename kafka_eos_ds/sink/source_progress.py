@@ -22,7 +22,7 @@ import json
 from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.storage import StorageOptions, Store, locate
+from kafka_eos_ds.storage import Files, StorageOptions, checkpoint_files
 
 OPTION = "sourceGroupId"
 
@@ -30,7 +30,7 @@ OPTION = "sourceGroupId"
 class Checkpoint:
     """One query's checkpoint directory, read through the store that holds it."""
 
-    def __init__(self, location: str, store: Store, path: str) -> None:
+    def __init__(self, location: str, store: Files, path: str) -> None:
         self.location = location
         self._store = store
         self._path = path.rstrip("/") or "/"
@@ -42,7 +42,7 @@ class Checkpoint:
         if not location:
             raise ConfigError(f"Option '{OPTION}' needs the query's 'checkpointLocation' (a streaming query); "
                               f"remove '{OPTION}' for batch writes.")
-        return cls(location, *locate(location, options or StorageOptions()))
+        return cls(location, *checkpoint_files(location, options or StorageOptions()))
 
     def _file(self, *parts: str) -> str:
         return "/".join([self._path, *parts]) if self._path != "/" else "/" + "/".join(parts)

@@ -1,11 +1,12 @@
-"""Files on a local disk, HDFS or S3, as the sink's Python processes read and write them.
+"""Files on a local disk, HDFS, S3 or GCS, as the sink's Python processes read and write them.
 
 Spark keeps a streaming query's checkpoint wherever ``checkpointLocation`` says, and the
 file sink writes wherever ``path`` says: a local path, ``hdfs://``, ``s3a://``. The sink's
 steps run in Python processes without Spark's Hadoop file systems, so they use a client
 of their own (docs/dev/decisions.md, "Filesystem layer"): :mod:`.local` (``os``),
 :mod:`.hdfs` (``hdfs-native``: HDFS's RPC protocol, no JVM or libhdfs) for ``hdfs://``
-and ``viewfs://``, :mod:`.s3` (``boto3``) for ``s3a://``/``s3://``.
+and ``viewfs://``, :mod:`.s3` (``boto3``) for ``s3a://``/``s3://``; and, for reading a checkpoint only,
+:mod:`.gcs` (pyarrow's GCS file system) for ``gs://``.
 
 The three differ where the sink needs them to: a local disk and HDFS rename a file in
 one step and can refuse to replace one (``renames``: pending -> final is a rename); S3
@@ -32,8 +33,8 @@ from urllib.parse import urlparse
 from kafka_eos_ds.errors import ConfigError
 
 _SECRET = ("secret", "password", "token", "credential")
-LOCAL, HDFS, S3 = ("", "file"), ("hdfs", "viewfs"), ("s3a", "s3", "s3n")
-SUPPORTED = "a local path or file:, hdfs://, viewfs://, s3a:// (or s3://)"
+LOCAL, HDFS, S3, GCS = ("", "file"), ("hdfs", "viewfs"), ("s3a", "s3", "s3n"), ("gs",)
+SUPPORTED = "a local path or file:, hdfs://, viewfs://, s3a:// (or s3://), gs://"
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,11 @@ class StorageOptions:
         return f"StorageOptions({shown})"
 
 
-class Store(Protocol):
-    """What the sink does with files on one file system. Paths are the store's own (a
-    local path, an HDFS path, an S3 key), as :func:`locate` gives them."""
+class Files(Protocol):
+    """What the sink reads from a query's checkpoint. Paths are the store's own (a local
+    path, an HDFS path, an S3 key or GCS object name), as :func:`locate` gives them."""
 
-    renames: bool  # pending -> final by rename (local, HDFS); else by completing an upload (S3)
-    url: str       # the file system's root as a URI prefix ("" local, "hdfs://nn:8020", "s3a://bucket")
+    url: str  # the file system's root as a URI prefix ("" local, "hdfs://nn:8020", "s3a://bucket")
 
     def read_text(self, path: str) -> str:
         """A small file's text; FileNotFoundError when it does not exist."""
@@ -70,6 +70,13 @@ class Store(Protocol):
 
     def exists(self, path: str) -> bool:
         """Whether a file (or directory) is at ``path``."""
+
+
+class Store(Files, Protocol):
+    """What the sink does with files on one file system it also writes (the file sink's
+    tables, its decisions): local, HDFS, S3."""
+
+    renames: bool  # pending -> final by rename (local, HDFS); else by completing an upload (S3)
 
     def put(self, path: str, data: bytes, *, new: bool = False) -> None:
         """Write a small file whole, durably. ``new``: only if nothing is at ``path``
@@ -118,13 +125,25 @@ def readable(location: str) -> bool:
     """Whether the sink can read files at ``location`` (its scheme; the client may still
     have to be installed)."""
     scheme = urlparse(location).scheme.lower()
-    return scheme in LOCAL or scheme in HDFS or scheme in S3 or (len(scheme) == 1 and location[1:3] in (":\\", ":/"))
+    return scheme in LOCAL or scheme in HDFS or scheme in S3 or scheme in GCS \
+        or (len(scheme) == 1 and location[1:3] in (":\\", ":/"))
+
+
+def checkpoint_files(location: str, options: StorageOptions | None = None) -> tuple[Files, str]:
+    """The files of the checkpoint at ``location`` and its path within them: a store the
+    sink writes (:func:`locate`), or one it only reads (``gs://``)."""
+    parsed = urlparse(location)
+    if parsed.scheme.lower() in GCS:
+        from kafka_eos_ds.storage.gcs import GcsFiles
+
+        return GcsFiles(parsed.netloc, options or StorageOptions()), parsed.path or "/"
+    return locate(location, options)
 
 
 def locate(location: str, options: StorageOptions | None = None, what: str = "The checkpoint location") \
         -> tuple[Store, str]:
     """The store holding ``location`` and the path within it (ConfigError for a scheme
-    the sink cannot use, naming ``what`` and the schemes it can)."""
+    the sink cannot write, naming ``what`` and the schemes it can)."""
     parsed = urlparse(location)
     scheme = parsed.scheme.lower()
     if scheme in LOCAL or (len(scheme) == 1 and location[1:3] in (":\\", ":/")):  # a Windows drive
@@ -139,6 +158,9 @@ def locate(location: str, options: StorageOptions | None = None, what: str = "Th
         from kafka_eos_ds.storage.s3 import S3Store
 
         return S3Store(parsed.netloc, options or StorageOptions()), parsed.path or "/"
+    if scheme in GCS:
+        raise ConfigError(f"{what} {location!r} is on GCS, which the sink reads checkpoints from but does not "
+                          "write to; use a local path, hdfs:// or s3a://.")
     raise ConfigError(f"{what} {location!r} uses the scheme {scheme!r}, which the sink cannot "
                       f"read from Python; it reads {SUPPORTED}.")
 

@@ -3,6 +3,8 @@
 * :mod:`.hdfs`: an HDFS MiniDFSCluster (one NameNode, one DataNode, RPC and WebHDFS)
   from ``org.apache.hadoop:hadoop-client-minicluster`` on Maven Central;
 * :mod:`.minio`: a MinIO server built once with ``go install`` from the Go proxy;
+* :mod:`.gcs`: a GCS emulator (fake-gcs-server), built the same way, and the settings
+  and jar that point Spark's ``gs://`` at it;
 * :mod:`.metastore`: a Hive metastore (Thrift, embedded Derby) from the jars inside the
   installed pyspark wheel.
 

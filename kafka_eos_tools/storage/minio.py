@@ -16,14 +16,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import tempfile
 import urllib.request
 from pathlib import Path
 
-from kafka_eos_tools.broker import maven
-from kafka_eos_tools.storage import ServerError
-from kafka_eos_tools.storage.process import EmbeddedServer, free_port, require
+from kafka_eos_tools.storage.process import HttpServer, free_port, go_binary
 
 MODULE = "github.com/minio/minio"
 # The repository tags releases as RELEASE.<date>, which Go does not take for versions;
@@ -35,42 +31,11 @@ BUILD_TIMEOUT = 1800.0
 
 def binary() -> Path:
     """The MinIO server binary, built on first use."""
-    named = os.environ.get("KAFKA_EOS_MINIO_BINARY")
-    if named:
-        if not os.access(named, os.X_OK):
-            raise ServerError(f"KAFKA_EOS_MINIO_BINARY={named} is not an executable file.")
-        return Path(named)
-    target = maven.cache_root() / "bin" / f"minio-{VERSION}"
-    if target.exists():
-        return target
-    go = require("go", f"the embedded S3 store (MinIO) is built once with 'go install {MODULE}@{VERSION}'. "
-                       "Install Go 1.24 or newer, set KAFKA_EOS_MINIO_BINARY to a MinIO binary, or name an "
-                       "existing S3 endpoint with KAFKA_EOS_S3_ENDPOINT.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".minio-build-", dir=target.parent) as staging:
-        env = {**os.environ, "GOBIN": staging, "CGO_ENABLED": "0"}
-        try:
-            proc = subprocess.run([go, "install", f"{MODULE}@{VERSION}"], env=env, capture_output=True, text=True,
-                                  timeout=BUILD_TIMEOUT)
-        except subprocess.TimeoutExpired as exc:
-            raise ServerError(f"Building MinIO ('go install {MODULE}@{VERSION}') did not finish within "
-                              f"{BUILD_TIMEOUT / 60:.0f} minutes; is the Go proxy reachable?") from exc
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise ServerError(f"Building MinIO ('go install {MODULE}@{VERSION}') failed (is the Go proxy, "
-                              f"{_goproxy(go)}, reachable?):\n{tail}")
-        os.replace(Path(staging, "minio"), target)  # whole or absent
-    return target
+    return go_binary(MODULE, VERSION, "minio", "KAFKA_EOS_MINIO_BINARY", "the embedded S3 store (MinIO)",
+                     "or name an existing S3 endpoint with KAFKA_EOS_S3_ENDPOINT", BUILD_TIMEOUT)
 
 
-def _goproxy(go: str) -> str:
-    try:
-        return subprocess.run([go, "env", "GOPROXY"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "GOPROXY"
-
-
-class EmbeddedMinio(EmbeddedServer):
+class EmbeddedMinio(HttpServer):
     """A single-drive MinIO in ``directory`` (data, log, credentials) on free loopback ports.
 
     ``endpoint`` is the S3 address (``http://127.0.0.1:PORT``, path-style);
@@ -82,16 +47,8 @@ class EmbeddedMinio(EmbeddedServer):
 
     def __init__(self, directory: str | Path) -> None:
         super().__init__(directory)
-        self.port = 0
         self.access_key = "kafka-eos-" + secrets.token_hex(4)
         self.secret_key = secrets.token_urlsafe(24)
-
-    def __repr__(self) -> str:
-        return f"EmbeddedMinio(endpoint={self.endpoint!r})"
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> str:
         """Start the server; returns :attr:`endpoint` once MinIO reports itself ready."""

@@ -6,13 +6,16 @@ servers share: a directory, one process, ``stop()`` and the context manager.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TypeVar
 
+from kafka_eos_tools.broker import maven
 from kafka_eos_tools.broker.node import is_alive, terminate
 from kafka_eos_tools.storage import ServerError
 
@@ -29,6 +32,46 @@ def require(tool: str, why: str) -> str:
     if found is None:
         raise ServerError(f"'{tool}' is not on PATH; {why}")
     return found
+
+
+def go_binary(module: str, version: str, command: str, override: str, what: str, instead: str,
+              timeout: float) -> Path:
+    """A server published as a Go module only, built once with ``go install module@version``
+    from the Go proxy (Go's own GOPROXY, GOMODCACHE and GOCACHE settings apply) into
+    ``$KAFKA_EOS_CACHE/bin``; the environment variable ``override`` names a ready binary
+    instead. ``what`` names the server and ``instead`` another way to get one, in errors."""
+    named = os.environ.get(override)
+    if named:
+        if not os.access(named, os.X_OK):
+            raise ServerError(f"{override}={named} is not an executable file.")
+        return Path(named)
+    target = maven.cache_root() / "bin" / f"{command}-{version}"
+    if target.exists():
+        return target
+    go = require("go", f"{what} is built once with 'go install {module}@{version}'. Install Go 1.24 or newer, "
+                       f"set {override} to its binary, {instead}.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{command}-build-", dir=target.parent) as staging:
+        env = {**os.environ, "GOBIN": staging, "CGO_ENABLED": "0"}
+        try:
+            proc = subprocess.run([go, "install", f"{module}@{version}"], env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise ServerError(f"Building {what} ('go install {module}@{version}') did not finish within "
+                              f"{timeout / 60:.0f} minutes; is the Go proxy reachable?") from exc
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise ServerError(f"Building {what} ('go install {module}@{version}') failed (is the Go proxy, "
+                              f"{_goproxy(go)}, reachable?):\n{tail}")
+        os.replace(Path(staging, module.rstrip("/").rsplit("/", 1)[-1]), target)  # whole or absent
+    return target
+
+
+def _goproxy(go: str) -> str:
+    try:
+        return subprocess.run([go, "env", "GOPROXY"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "GOPROXY"
 
 
 class ServerProcess:
@@ -122,3 +165,18 @@ class EmbeddedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class HttpServer(EmbeddedServer):
+    """An embedded server answering HTTP on one loopback port (the object stores)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        super().__init__(directory)
+        self.port = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(endpoint={self.endpoint!r})"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
