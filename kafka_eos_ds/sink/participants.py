@@ -158,8 +158,8 @@ class KafkaTransactions:
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return ("Usually the broker's timeout aborted them: the sink option 'kafka.transaction.timeout.ms' (now "
                 f"{self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms') must cover a "
-                "batch's write and commit, and every restart fails the same way until the batch's input is "
-                "processed again (docs/troubleshooting.md, "
+                "batch's write and commit. A streaming query's every restart fails the same way until the batch's "
+                "input is processed again (docs/troubleshooting.md, "
                 "\"TransactionLostError: Batch N of query Q was decided but … were aborted\").")
 
 
