@@ -97,15 +97,17 @@ class DriverRun:
 
 
 def run_driver(pipe: Pipeline, options: dict, work: Path, sink_format: str = "kafka_eos",
-               timeout: float = 240.0) -> DriverRun:
-    """Run the pipeline once with ``options`` (a Spark option map) on reader and writer."""
+               timeout: float = 240.0, sink_options: dict | None = None) -> DriverRun:
+    """Run the pipeline once with ``options`` (a Spark option map) on reader and writer,
+    and ``sink_options`` on the writer only."""
     work.mkdir(parents=True, exist_ok=True)
     spec = work / "spec.json"
     fd = os.open(spec, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the options' secrets
     with os.fdopen(fd, "w") as fh:
         json.dump({"format": sink_format, "options": options, "input": pipe.input, "output": pipe.output,
                    "group": pipe.group, "prefix": pipe.prefix, "checkpoint": str(work / "checkpoint"),
-                   "result": str(work / "result.json"), "timeout": timeout - 60}, fh)
+                   "result": str(work / "result.json"), "timeout": timeout - 60,
+                   "sink_options": sink_options or {}}, fh)
     site = work / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)

@@ -45,7 +45,8 @@ def main(spec_path: str) -> int:
                   .option("subscribe", spec["input"]).option("startingOffsets", "earliest")
                   .option("kafka.group.id", spec["group"]).option("maxOffsetsPerTrigger", "200"))
         out = reader.load().selectExpr("key", "upper(cast(value as string)) as value")
-        writer = (out.writeStream.format(spec["format"]).options(**options).option("topic", spec["output"])
+        writer = (out.writeStream.format(spec["format"]).options(**options).options(**spec.get("sink_options", {}))
+                  .option("topic", spec["output"])
                   .option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True))
         if spec["format"] == "kafka_eos":
             writer = writer.option("transactionalIdPrefix", spec["prefix"])

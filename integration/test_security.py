@@ -21,7 +21,7 @@ import re
 import pytest
 
 from integration.helpers import consume_all
-from integration.secured import grant, leaked, new_pipeline, run_driver, start_secured
+from integration.secured import COMMIT_LOG, grant, leaked, new_pipeline, run_driver, start_secured
 from kafka_eos_tools.audit import audit
 
 # Secured brokers of its own: the gate runs it in its second lane (scripts/test.sh).
@@ -53,8 +53,8 @@ def _librdkafka_form(cluster, user: str) -> dict:
     return {f"kafka.{k}": v for k, v in cluster.client_config(user).items()}
 
 
-def _run(cluster, pipe, options, tmp_path, sink_format="kafka_eos"):
-    run = run_driver(pipe, options, tmp_path / "driver", sink_format)
+def _run(cluster, pipe, options, tmp_path, sink_format="kafka_eos", sink_options=None):
+    run = run_driver(pipe, options, tmp_path / "driver", sink_format, sink_options=sink_options)
     assert "QUERY EXCEPTION:" in run.log, run.log[-3000:]  # the capture holds the whole run
     found = leaked(run.log, cluster) + leaked(json.dumps(run.result), cluster)
     assert found == [], f"secrets of {sorted(set(found))} appear in the driver's output ({tmp_path}/driver)"
@@ -132,6 +132,32 @@ def test_acls_without_write_on_the_output_fail_the_query_and_show_nothing(sasl, 
     grant(sasl, "bob", pipe, write_output=False)  # the output stays visible (DESCRIBE), not writable
     options = sasl.java_options("bob")
     _assert_denied(sasl, pipe, _run(sasl, pipe, options, tmp_path), TOPIC_DENIED)
+
+
+@pytest.mark.full  # the unit test of the attach step checks the error; this, the broker's answer and the output
+def test_acls_without_read_on_the_source_group_refuse_the_batch_undecided_naming_the_option(sasl, tmp_path):
+    # Review #6: with 'sourceGroupId', the batch's offsets ride in its first transaction
+    # (AddOffsetsToTxn, TxnOffsetCommit), which needs READ on the group. Refused, the
+    # batch must stop undecided, naming the option and the grant, not wedge decided.
+    from kafka_eos_ds.sink import list_transactions
+    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+
+    pipe = new_pipeline(sasl, RECORDS)
+    # The source's own group is granted (its consumer needs it); the group the sink is
+    # told to commit to is not.
+    grant(sasl, "bob", pipe)
+    group = f"{pipe.group}-sink"
+    run = _run(sasl, pipe, sasl.java_options("bob"), tmp_path, sink_options={"sourceGroupId": group})
+    error = run.result["exception"]
+    assert error and "Option 'sourceGroupId'" in error and f"READ on group '{group}'" in error, \
+        (error or run.log)[-3000:]
+    assert "GroupAuthorizationFailed" in error
+    assert consume_all(sasl.bootstrap, pipe.output, client=sasl.admin_config()) == []
+    # Undecided: the commit log holds no decision of the query, and no transaction of the
+    # prefix is left open to hold back read_committed readers.
+    log = KafkaDecisionLog(sasl.admin_config(), COMMIT_LOG, pipe.prefix)
+    assert [d for _, d in log.unfinished("q")] == []
+    assert list_transactions(sasl.admin_config(), pipe.prefix, open_only=True) == []
 
 
 # -- the same Java option maps with Spark's built-in connector -------------------------

@@ -45,7 +45,12 @@ class ConfigError(KafkaEosError, ValueError):
 
 
 class KafkaClientError(KafkaEosError):
-    """A call to Kafka failed; ``retriable`` says whether trying again may help."""
+    """A call to Kafka failed; ``retriable`` says whether trying again may help, ``code``
+    is the broker's error code when the broker answered with one."""
+
+    def __init__(self, message: str = "", *, retriable: bool = False, code: int | None = None) -> None:
+        super().__init__(message, retriable=retriable)
+        self.code = code
 
 
 class TransactionError(KafkaEosError):

@@ -512,6 +512,40 @@ def test_an_unknown_outcome_names_what_the_coordinator_shows_and_what_to_check()
     assert "not in the output" not in message
 
 
+@pytest.mark.parametrize("code", [c.GROUP_AUTHORIZATION_FAILED, c.TOPIC_AUTHORIZATION_FAILED])
+def test_offsets_the_principal_may_not_commit_refuse_the_batch_naming_the_option_and_the_grant(code):
+    """Review #6: a sink whose principal lacks READ on the source group (or its topics)
+    gets an error naming 'sourceGroupId' and the grant, at the attach step, which comes
+    before the decision: the batch is refused undecided instead of wedged decided."""
+    from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
+    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.twophase import Participant
+
+    class Coordinator:
+        def describe(self, tid):
+            return TxnState(tid, "Ongoing", 7, 3)
+
+        def send_offsets(self, tid, pid, epoch, group, offsets):
+            TransactionCoordinator._raise_for(code, f"AddOffsetsToTxn({tid}, group {group!r})")
+
+    txns = KafkaTransactions(Coordinator(), "etl", 60_000)
+    first = Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})
+    with pytest.raises(ConfigError) as raised:
+        txns.carry({"group": "orders", "offsets": {"in": {"0": 5}}}, first)
+    message = str(raised.value)
+    assert "'sourceGroupId'" in message and "READ on group 'orders'" in message and "['in']" in message
+    assert "AuthorizationFailed" in message and not raised.value.retriable
+
+    class Unavailable(Coordinator):
+        def send_offsets(self, tid, pid, epoch, group, offsets):
+            TransactionCoordinator._raise_for(c.COORDINATOR_NOT_AVAILABLE, "AddOffsetsToTxn")
+
+    # Any other error stays what it was (here: retriable, for the committer to retry).
+    with pytest.raises(KafkaClientError) as other:
+        KafkaTransactions(Unavailable(), "etl", 60_000).carry({"group": "orders", "offsets": {}}, first)
+    assert other.value.retriable and not isinstance(other.value, ConfigError)
+
+
 def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_decision(caplog):
     """Brokers before 4.1.0 with transaction version 2 overflow the epoch when they abort
     a transaction at the last epoch (a fence, a timeout): the driver, which sees every

@@ -34,6 +34,8 @@ REQUEST_TIMED_OUT = 7
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
@@ -223,7 +225,7 @@ class TransactionCoordinator:
     def _raise_for(code: int, what: str) -> None:
         if code == NONE:
             return
-        raise KafkaClientError(f"{what} failed: {error_name(code)}", retriable=code in RETRIABLE)
+        raise KafkaClientError(f"{what} failed: {error_name(code)}", retriable=code in RETRIABLE, code=code)
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
         """Send EndTxn; return the broker's error code (0 = done)."""

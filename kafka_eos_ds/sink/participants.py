@@ -15,7 +15,14 @@ import logging
 import time
 from typing import Any, Mapping, Sequence
 
-from kafka_eos_ds.kafka.coordinator import TransactionCoordinator, TxnState, TxnStatus
+from kafka_eos_ds.errors import ConfigError, KafkaClientError
+from kafka_eos_ds.kafka.coordinator import (
+    GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+    TransactionCoordinator,
+    TxnState,
+    TxnStatus,
+)
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S
@@ -69,7 +76,18 @@ class KafkaTransactions:
         # Only into the transaction itself: once it is past Ongoing, the offsets either
         # went with it or it is finished, and AddOffsetsToTxn would open a new one.
         if _in_state(self.coordinator.describe(participant.id), TxnStatus.ONGOING, pid, epoch):
-            self.coordinator.send_offsets(participant.id, pid, epoch, group, offsets)
+            try:
+                self.coordinator.send_offsets(participant.id, pid, epoch, group, offsets)
+            except KafkaClientError as exc:
+                if exc.code not in (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED):
+                    raise
+                # Before the decision (the committer attaches the offsets first): the batch
+                # is refused undecided and its transactions are aborted, nothing shows.
+                raise ConfigError(
+                    f"Option 'sourceGroupId': the sink may not commit offsets to consumer group {group!r} inside "
+                    f"its transactions ({exc}). Grant the sink's principal READ on group {group!r} and on the "
+                    f"source topics {sorted(offsets)}, or remove 'sourceGroupId'. This batch was not committed; "
+                    "nothing of it is in the output.") from exc
 
     def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
         pid, epoch = _producer(first)
