@@ -35,7 +35,7 @@ CONNECTOR = "com.google.cloud.bigdataoss:gcs-connector:3.1.15:jar:shaded"
 def binary() -> Path:
     """The fake-gcs-server binary, built on first use."""
     return go_binary(MODULE, VERSION, "fake-gcs-server", "KAFKA_EOS_GCS_BINARY", "the embedded GCS emulator",
-                     "or name an existing GCS endpoint with KAFKA_EOS_GCS_ENDPOINT", BUILD_TIMEOUT)
+                     "or name an existing GCS endpoint with KAFKA_EOS_GCS_ENDPOINT", BUILD_TIMEOUT, "1.26")
 
 
 class EmbeddedGcs(HttpServer):

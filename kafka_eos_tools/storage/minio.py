@@ -32,7 +32,7 @@ BUILD_TIMEOUT = 1800.0
 def binary() -> Path:
     """The MinIO server binary, built on first use."""
     return go_binary(MODULE, VERSION, "minio", "KAFKA_EOS_MINIO_BINARY", "the embedded S3 store (MinIO)",
-                     "or name an existing S3 endpoint with KAFKA_EOS_S3_ENDPOINT", BUILD_TIMEOUT)
+                     "or name an existing S3 endpoint with KAFKA_EOS_S3_ENDPOINT", BUILD_TIMEOUT, "1.24")
 
 
 class EmbeddedMinio(HttpServer):

@@ -35,11 +35,12 @@ def require(tool: str, why: str) -> str:
 
 
 def go_binary(module: str, version: str, command: str, override: str, what: str, instead: str,
-              timeout: float) -> Path:
+              timeout: float, go_version: str) -> Path:
     """A server published as a Go module only, built once with ``go install module@version``
     from the Go proxy (Go's own GOPROXY, GOMODCACHE and GOCACHE settings apply) into
     ``$KAFKA_EOS_CACHE/bin``; the environment variable ``override`` names a ready binary
-    instead. ``what`` names the server and ``instead`` another way to get one, in errors."""
+    instead. ``what`` names the server and ``instead`` another way to get one, in errors;
+    ``go_version`` is the oldest Go the module's go.mod accepts."""
     named = os.environ.get(override)
     if named:
         if not os.access(named, os.X_OK):
@@ -48,7 +49,7 @@ def go_binary(module: str, version: str, command: str, override: str, what: str,
     target = maven.cache_root() / "bin" / f"{command}-{version}"
     if target.exists():
         return target
-    go = require("go", f"{what} is built once with 'go install {module}@{version}'. Install Go 1.24 or newer, "
+    go = require("go", f"{what} is built once with 'go install {module}@{version}'. Install Go {go_version} or newer, "
                        f"set {override} to its binary, {instead}.")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{command}-build-", dir=target.parent) as staging:
