@@ -103,13 +103,48 @@ class KafkaMetadata:
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
         from confluent_kafka.admin import OffsetSpec
 
-        return self._list_offsets({tp: OffsetSpec.earliest() for tp in tps})
+        return self._known_offsets(OffsetSpec.earliest, "earliest", tps)
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
         """Under read_committed: the last stable offset (end of committed data)."""
         from confluent_kafka.admin import OffsetSpec
 
-        return self._list_offsets({tp: OffsetSpec.latest() for tp in tps})
+        return self._known_offsets(OffsetSpec.latest, "latest", tps)
+
+    def _known_offsets(self, spec: Callable[[], Any], which: str, tps: Iterable[TopicPartitionKey]) -> Offsets:
+        """Every partition's ``which`` offset, asked again for up to _TIMEOUT_S while the
+        partitions' leaders move (a broker died): a partition answered without an offset
+        (-1001, and no error), or a transient error (FENCED_LEADER_EPOCH,
+        LEADER_NOT_AVAILABLE). Both were seen at every broker kill of a 3-broker cluster;
+        the first, taken for an offset, read as offsets going backwards (a false data loss,
+        and failOnDataLoss=false would have recorded -1001 as the batch's end), the second
+        failed the query."""
+        wanted, found = set(tps), Offsets()
+        deadline, delay = time.monotonic() + _TIMEOUT_S, 0.1
+        while True:
+            try:
+                answer = self._list_offsets({tp: spec() for tp in sorted(wanted - found.keys())})
+                last = "no offset (-1001)"
+            except KafkaClientError as error:
+                if not error.retriable:
+                    raise
+                answer, last = {}, str(error)
+            found.update({tp: offset for tp, offset in answer.items() if offset >= 0})
+            missing = sorted(wanted - found.keys())
+            if not missing:
+                return found
+            # librdkafka's admin client goes on sending the leader epoch it cached, and the
+            # new leader goes on refusing it (FENCED_LEADER_EPOCH, measured for the whole
+            # 12 s a broker was down): a new client asks with fresh metadata.
+            self._admin = None
+            if time.monotonic() + delay > deadline:
+                raise KafkaClientError(
+                    f"Kafka answered no {which} offset for {', '.join(f'{t}-{p}' for t, p in missing)} within "
+                    f"{_TIMEOUT_S:.0f}s (last answer: {last}): a partition whose leader is still being elected "
+                    "answers so; restart the query once every partition has a leader (kafka-topics --describe "
+                    "shows them).", retriable=True)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def for_times(self, stamps: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
         """First offset with timestamp >= the given one; None where there is none."""
