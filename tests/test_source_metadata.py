@@ -117,3 +117,29 @@ def test_a_moving_leaders_transient_error_is_asked_again(monkeypatch):
 
     monkeypatch.setattr(type(meta.admin()), "list_offsets", flaky)
     assert meta.latest([("a", 0)]) == {("a", 0): 7} and errors == []
+
+
+def test_a_request_stuck_on_a_dead_leader_leaves_time_to_ask_the_new_one(monkeypatch):
+    """Found by a gate run under load: one ListOffsets request stuck on a killed broker's
+    partitions took the look-up's whole 30 s (27 s measured, then FENCED_LEADER_EPOCH),
+    so no new client ever asked the new leaders and the look-up failed. Each attempt
+    gets a third of the budget."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    now = [0.0]
+    monkeypatch.setattr("time.monotonic", lambda: now[0])
+    monkeypatch.setattr("time.sleep", lambda s: now.__setitem__(0, now[0] + s))
+    meta, calls = _answering({("a", 0): [7]})
+    answer = type(meta.admin()).list_offsets
+    timeouts = []
+
+    def stuck_once(self, request, isolation_level, request_timeout):
+        timeouts.append(request_timeout)
+        if len(timeouts) == 1:  # the request waits out its timeout on the dead leader
+            now[0] += request_timeout
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return answer(self, request, isolation_level, request_timeout)
+
+    monkeypatch.setattr(type(meta.admin()), "list_offsets", stuck_once)
+    assert meta.latest([("a", 0)]) == {("a", 0): 7}
+    assert timeouts[0] <= 10 and len(timeouts) == 2

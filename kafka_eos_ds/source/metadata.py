@@ -21,6 +21,10 @@ from kafka_eos_ds.source.offsets import Offsets, TopicPartitionKey
 from kafka_eos_ds.source.options import SourceOptions, SubscriptionKind
 
 _TIMEOUT_S = 30.0
+# One ListOffsets attempt of an offset look-up: a third of the look-up's budget, so that a
+# request stuck on a dead leader (27 s measured, then FENCED_LEADER_EPOCH) leaves time for
+# a new client, with fresh metadata, to ask the partition's new leader.
+_ATTEMPT_S = 10.0
 
 # Kafka's internal topics: a pattern subscription never matches them (as the Java
 # consumer's exclude.internal.topics); other topics starting with "_" are ordinary topics.
@@ -123,7 +127,8 @@ class KafkaMetadata:
         deadline, delay = time.monotonic() + _TIMEOUT_S, 0.1
         while True:
             try:
-                answer = self._list_offsets({tp: spec() for tp in sorted(wanted - found.keys())})
+                attempt_s = min(_ATTEMPT_S, max(1.0, deadline - time.monotonic()))
+                answer = self._list_offsets({tp: spec() for tp in sorted(wanted - found.keys())}, attempt_s)
                 last = "no offset (-1001)"
             except KafkaClientError as error:
                 if not error.retriable:
@@ -188,7 +193,7 @@ class KafkaMetadata:
             delay = min(delay * 2, 2.0)
         return {(r.topic, r.partition): (r.offset if r.offset >= 0 else None) for r in result}
 
-    def _list_offsets(self, specs: dict[Any, Any]) -> Offsets:
+    def _list_offsets(self, specs: dict[Any, Any], timeout_s: float = _TIMEOUT_S) -> Offsets:
         from confluent_kafka import IsolationLevel, TopicPartition
 
         if not specs:
@@ -198,7 +203,7 @@ class KafkaMetadata:
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
         admin = self.admin()
         with mapping_client_errors("list offsets", self._admin_conf, watch=self._admin_watch, client=admin):
-            futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=_TIMEOUT_S)
+            futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout_s)
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
 
 
