@@ -542,7 +542,6 @@ def test_finishing_another_drivers_decision_of_the_batch_aborts_this_drivers_own
     assert sorted(r.value.decode() for r in consume_all(kafka.bootstrap, sink.output)) == ["a0", "a1"]
 
 
-
 # -- the simulation's open schedules on a real broker (docs/dev/decisions.md, "The four
 # open schedules wait on Spark or Kafka"): each harms a batch loudly, never silently. The
 # plain test of each holds today and after a fix; its strict xfail asks for the guarantee.

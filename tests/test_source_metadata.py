@@ -129,7 +129,7 @@ def test_a_request_stuck_on_a_dead_leader_leaves_time_to_ask_the_new_one(monkeyp
     now = [0.0]
     monkeypatch.setattr("time.monotonic", lambda: now[0])
     monkeypatch.setattr("time.sleep", lambda s: now.__setitem__(0, now[0] + s))
-    meta, calls = _answering({("a", 0): [7]})
+    meta, _ = _answering({("a", 0): [7]})
     answer = type(meta.admin()).list_offsets
     timeouts = []
 
