@@ -113,6 +113,12 @@ def kafka39(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest
 
 
 @pytest.fixture(scope="session")
+def kafka44(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
+    """An embedded Kafka 4.4 broker: the newest release users run."""
+    yield from _embedded(tmp_path_factory, 1, "4.4")
+
+
+@pytest.fixture(scope="session")
 def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.HdfsUnderTest]:
     """HDFS: ``KAFKA_EOS_HDFS=hdfs://host:port``, else an embedded MiniDFSCluster."""
     yield from storage.hdfs_server(tmp_path_factory.mktemp("hdfs"))

@@ -34,7 +34,7 @@ def _broker_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     start = actions.add_parser("start", help="start (or reuse) a cluster; prints the bootstrap address last")
     start.add_argument("--brokers", type=int, default=1, help="number of nodes (3 gives RF 3, min ISR 2)")
     start.add_argument("--dir", default=DEFAULT_BROKER_DIR, help="state, data and logs (default: %(default)s)")
-    start.add_argument("--kafka-version", default=None, help="pinned Kafka line: 4.1 (default) or 3.9")
+    start.add_argument("--kafka-version", default=None, help="pinned Kafka line: 4.1 (default), 4.4 or 3.9")
     start.add_argument("--port", type=int, default=None, help="first client port (default: free ports)")
     start.add_argument("--security", default="plaintext", choices=[s.value for s in Security],
                        help="client listener: plaintext (default), sasl (PLAIN, SCRAM-SHA-256/512), ssl, "

@@ -60,7 +60,7 @@ class EmbeddedKafka:
     directory : path holding configs, data, logs and ``cluster.json``.
     brokers : number of nodes (each is broker and controller). With 3, replication
         factor 3 and min ISR 2 apply to every topic including the transaction log.
-    kafka_version : a pinned version ('4.1', '3.9' or a full one); default 4.1.
+    kafka_version : a pinned version ('4.1', '4.4', '3.9' or a full one); default 4.1.
     base_port : first client port to use (then +1 per node; controllers above them);
         free ports are picked when omitted.
     security : the client listener: plaintext (default), sasl (SASL_PLAINTEXT with PLAIN

@@ -12,8 +12,9 @@ from pathlib import Path
 from kafka_eos_tools.broker import maven
 from kafka_eos_tools.errors import BrokerError
 
-# A 4.x line as the default and a 3.9 line so compatibility can be tested.
-VERSIONS = {"4.1": "4.1.1", "3.9": "3.9.1"}
+# A 4.x line as the default, the newest release (4.4) and a 3.9 line, so compatibility
+# can be tested across both transaction protocols and the broker users run now.
+VERSIONS = {"4.1": "4.1.1", "4.4": "4.4.0", "3.9": "3.9.1"}
 DEFAULT_VERSION = VERSIONS["4.1"]
 
 _SLF4J = "org.slf4j:slf4j-simple:1.7.36"

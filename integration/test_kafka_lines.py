@@ -1,6 +1,7 @@
-"""The sink and source against the Kafka 3.9 line (the other suites run on 4.x, where
-transaction protocol v2 is finalized): the same tests, with the ``kafka`` fixture
-pointing at an embedded Kafka 3.9 broker for this module only.
+"""The sink and source against the other Kafka lines users run: 3.9 (transaction protocol
+v1; the other suites run on 4.1, where v2 is finalized) and the newest release, 4.4. The
+same tests, with the ``kafka`` fixture pointing at an embedded broker of each line in turn,
+for this module only.
 
 Each test here calls the one it repeats rather than importing it: a mark travels with the
 function object, so a re-imported test would take its home module's markers (``matrix``,
@@ -17,18 +18,21 @@ from integration.test_sink_crash import pipeline
 __all__ = ["pipeline"]
 
 
-@pytest.fixture
-def kafka(kafka39):
-    assert kafka39.cluster.kafka_version.startswith("3.9")
-    return kafka39
+@pytest.fixture(params=["3.9", "4.4"])
+def kafka(request):
+    """The embedded broker of one line: each test here runs once on each."""
+    under_test = request.getfixturevalue(f"kafka{request.param.replace('.', '')}")
+    assert under_test.cluster.kafka_version.startswith(request.param)
+    return under_test
 
 
 def test_batch_write_with_all_columns(spark, kafka, new_topic):
     test_sink.test_batch_write_with_all_columns(spark, kafka, new_topic)
 
 
-# CI's gate runs the streaming sink and crash point 3 on Kafka 3.9 in its pyspark 4.1 lane
-# (scripts/test.sh sets KAFKA_EOS_KAFKA_VERSION=3.9 there); the full profile runs them here too.
+# CI's gate runs the streaming sink and crash point 3 on Kafka 3.9 in its pyspark 4.1 lane and on
+# Kafka 4.4 in its 4.2 lane (scripts/test.sh sets KAFKA_EOS_KAFKA_VERSION there); the full profile
+# runs them here too.
 @pytest.mark.full
 def test_streaming_write_commits_each_batch(spark, kafka, new_topic, checkpoint):
     test_sink.test_streaming_write_commits_each_batch(spark, kafka, new_topic, checkpoint)
