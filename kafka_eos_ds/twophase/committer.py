@@ -39,6 +39,7 @@ from kafka_eos_ds.twophase.protocol import (
 )
 from kafka_eos_ds.twophase.recovery import (
     RecoveryContext,
+    check_app_version,
     plan_abort,
     plan_recovery,
     plan_write,
@@ -134,6 +135,8 @@ class TwoPhaseCommitter:
         sink's latest stream decision, whoever's."""
         assert write.recovers_before_tasks, write
         own = self._read(lambda: self.decisions.latest(write.key))
+        if write.kind is Kind.APP:
+            check_app_version(own, write)
         target = own
         if write.kind is Kind.STREAM and self.streams_share_ids:
             latest = self._read(lambda: self.decisions.latest_of(Kind.STREAM.value))

@@ -143,14 +143,36 @@ def plan_write(own: Decision | None, write: WriteId, participants: Iterable[Part
     return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
 
 
+def check_app_version(own: Decision | None, write: WriteId) -> None:
+    """Refuse an app write (``txnAppId``) whose ``txnVersion`` is below the app's latest
+    (TransactionError, not retriable), before any task writes.
+
+    Only the latest version of an app is kept, and a re-run of a write is a run of that
+    version (Spark running the last micro-batch again); a lower version is the app's
+    numbering starting again, most often ``txnVersion=batch_id`` after the stream's
+    checkpoint was reset. Taken for written, each of those writes would add nothing
+    until the numbers caught up: their rows lost without a word."""
+    if own is None or write.version >= own.batch_id:
+        return
+    raise TransactionError(
+        f"Refusing the write of txnAppId {write.app!r} at txnVersion {write.version}: version {own.batch_id} of "
+        f"this txnAppId is already {own.state.value}, and only the latest version can be run again (adding "
+        "nothing). A lower version is not a re-run: after the stream's checkpoint was reset (batch ids start at "
+        "0 again) give the write a new 'txnAppId'; a version written before needs no run. Nothing of this write "
+        "is committed. See docs/troubleshooting.md, \"Refusing the write of txnAppId A at txnVersion N\".",
+        retriable=False)
+
+
 def _plan_app(own: Decision | None, earlier: Decision | None, write: WriteId,
               parts: tuple[Participant, ...]) -> CommitPlan:
-    """``txnAppId``/``txnVersion``, as Delta Lake reads them: a version at or below the
-    app's latest is already written, and the write adds nothing (its tasks' work, if they
-    wrote any, is aborted). A decided, unfinished write of the same version is finished
-    with its recorded participants."""
-    if own is not None and write.version <= own.batch_id:
-        if own.state == DECIDED and own.batch_id == write.version:
+    """``txnAppId``/``txnVersion``, as Delta Lake reads them: the app's latest version run
+    again is already written, and the write adds nothing (its tasks' work, if they wrote
+    any, is aborted); a version below it is refused (:func:`check_app_version`). A
+    decided, unfinished write of the same version is finished with its recorded
+    participants."""
+    check_app_version(own, write)
+    if own is not None and write.version == own.batch_id:
+        if own.state == DECIDED:
             return CommitPlan(noop=False, decision=own, write_decision=False)
         return CommitPlan(noop=False, decision=Decision(write.app, write.version, DONE), earlier=earlier,
                           write_decision=False, skip=True)
