@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Kind, WriteId
+from kafka_eos_ds.twophase import ABANDONED, DECIDED, DONE, Decision, DoneMark, Kind, WriteId
 from kafka_eos_ds.twophase.recovery import plan_write
-from tests.test_twophase import committer, part
+from tests.test_twophase import committer, part, stream
 
 APP = WriteId(Kind.APP, "orders", 0, job="job1")
 
@@ -40,3 +40,30 @@ def test_the_latest_app_version_run_again_still_adds_nothing():
     plan = plan_write(log.latest(APP.key), again, [part(1)])
     assert plan.skip and not plan.write_decision
 
+
+# -- a new query after a lost checkpoint: the expired-group check ---------------------
+
+PROGRESS = {"group": "g", "offsets": {"in": {"0": 50, "1": 40}}}
+
+
+def test_a_new_query_after_an_abandoned_batch_stops_when_the_group_lost_its_offsets():
+    """The old query's last batch was abandoned (its first transaction aborted after the
+    decision), its checkpoint lost, the group's offsets expired meanwhile: reading from the
+    group, the new query would start at the earliest offsets and write batches 0..6 again."""
+    abandoned = Decision("old", 7, ABANDONED, (part(0),), PROGRESS)
+    tpc, log, events = committer(latest=abandoned, open_ids=["p-1-0"])
+    tpc.participants.lost_offsets = True
+    with pytest.raises(TransactionError, match="Query old wrote up to batch 6 .*Batch 7 was abandoned") as info:
+        tpc.recover(stream("new"))
+    assert not info.value.retriable and events == []
+    tpc.participants.lost_offsets = False
+    assert tpc.recover(stream("new")) == DoneMark()  # the group holds them: the new query goes on
+
+
+def test_an_abandoned_first_batch_leaves_nothing_for_the_group_to_remember():
+    """Batch 0 abandoned: nothing of the old query is in the output, and a group without
+    offsets is where the new query must start."""
+    abandoned = Decision("old", 0, ABANDONED, (part(0),), PROGRESS)
+    tpc, log, events = committer(latest=abandoned)
+    tpc.participants.lost_offsets = True
+    assert tpc.recover(stream("new")) == DoneMark()

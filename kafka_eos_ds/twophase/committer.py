@@ -40,6 +40,7 @@ from kafka_eos_ds.twophase.protocol import (
 from kafka_eos_ds.twophase.recovery import (
     RecoveryContext,
     check_app_version,
+    output_before,
     plan_abort,
     plan_recovery,
     plan_write,
@@ -142,8 +143,7 @@ class TwoPhaseCommitter:
             latest = self._read(lambda: self.decisions.latest_of(Kind.STREAM.value))
             target = stream_target(own, latest, write.app) if known_query else latest
         faults.check("driver-after-reading-decision")
-        if known_query and target is not None and target is not own and target.progress is not None \
-                and target.state == DONE:
+        if known_query and target is not None and target is not own and output_before(target):
             self._check_resumable(target)
         open_ids = self._open_ids(write)
         plan = plan_recovery(RecoveryContext(target, open_ids, write.app if known_query else None))
@@ -390,16 +390,22 @@ class TwoPhaseCommitter:
     def _check_resumable(self, decision: Decision) -> None:
         """A query replacing one whose checkpoint was lost starts where the progress store
         says the output ends; if the store lost it (a consumer group whose offsets expired),
-        the new query re-reads input that is already in the output: stop before writing."""
+        the new query re-reads input that is already in the output: stop before writing.
+        ``decision``: done, or abandoned (the output ends with the batch before it)."""
         progress = decision.progress
         assert progress is not None
         store = self._progress_store()
         problem = self._retrying(lambda: store.resumes_before(progress), "Could not read where the output ends",
                                  then=_RESTART)
         if problem:
+            last, abandoned = decision.batch_id, ""
+            if decision.state == ABANDONED:
+                last -= 1
+                abandoned = (f" Batch {decision.batch_id} was abandoned (none of it is in the output): the output ends "
+                             f"where batch {last} ended, before those offsets.")
             raise TransactionError(
-                f"Query {decision.query_id} wrote up to batch {decision.batch_id} with this sink; this query replaces "
-                f"it but cannot start where its output ends: {problem.replace('{batch}', str(decision.batch_id))}",
+                f"Query {decision.query_id} wrote up to batch {last} with this sink; this query replaces it but cannot "
+                f"start where its output ends: {problem.replace('{batch}', str(decision.batch_id))}{abandoned}",
                 retriable=False)
 
     def _started(self, decision: Decision) -> bool:

@@ -61,6 +61,16 @@ def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
     return RecoveryPlan(finish, fence, mark, only_if_started=foreign)
 
 
+def output_before(decision: Decision) -> bool:
+    """Whether the output holds batches of ``decision``'s query that its progress store
+    must remember for a query replacing it (:meth:`.ProgressStore.resumes_before`): up to a
+    done batch, or up to the batch before an abandoned one, unless that one was the
+    query's first (nothing of the query is in the output then)."""
+    if decision.progress is None:
+        return False
+    return decision.state == DONE or (decision.state == ABANDONED and decision.batch_id > 0)
+
+
 def stream_target(own: Decision | None, sink_latest: Decision | None, query_id: str) -> Decision | None:
     """The decision a stream's recovery acts on: its own latest, or — for a query that has
     never decided on this sink — the latest of the query that wrote before it (a query
