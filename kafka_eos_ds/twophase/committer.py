@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
@@ -187,8 +188,7 @@ class TwoPhaseCommitter:
         decision is written, nothing is fenced. For an operator finishing what a stopped
         driver decided (the writer's own next step records it done)."""
         assert decision.state == DECIDED, decision
-        if decision.progress is not None:
-            self._carry(decision)
+        self._carry_legacy(decision)
         self._commit_all(decision)
 
     # -- after the tasks ----------------------------------------------------------
@@ -245,7 +245,9 @@ class TwoPhaseCommitter:
             if decision.progress is not None:
                 # Attached before the decision: a failure here refuses the batch undecided
                 # (an unreadable group, a missing ACL), instead of wedging a decided one.
+                # Marked so, finishing the decision never attaches it again (_carry_legacy).
                 self._carry(decision)
+                decision = replace(decision, progress_attached=True)
             self.decisions.write(write.key, decision)
         faults.check("driver-after-decision", batch=batch)
         try:
@@ -353,10 +355,7 @@ class TwoPhaseCommitter:
         return sorted((set(superseded) - decided) | set(still_open))
 
     def _finish(self, key: str, decision: Decision) -> None:
-        if decision.progress is not None:
-            # A decision recorded before its progress was attached (or whose attachment
-            # this is the retry of): a no-op once the first participant has committed.
-            self._carry(decision)
+        self._carry_legacy(decision)
         self._commit_all(decision, key)
         self._publish(decision)
         done = decision.with_state(DONE)
@@ -366,6 +365,17 @@ class TwoPhaseCommitter:
         if self.publish is not None:
             publish = self.publish
             self._retrying(lambda: publish(decision), f"Could not publish batch {decision.batch_id}")
+
+    def _carry_legacy(self, decision: Decision) -> None:
+        """Attach the progress of a decision written before progress was attached ahead of
+        the decision (an older version's record: no ``progress_attached``); a no-op once
+        the first participant has committed. A marked decision's progress is in its first
+        participant already: attaching it again would only open a window for a driver that
+        stalls inside the attachment and comes back after a newer driver committed the
+        batch, to open a new transaction under the still-current epoch and move the
+        group's offsets back (the schedule zombie-recovery-carry)."""
+        if decision.progress is not None and not decision.progress_attached:
+            self._carry(decision)
 
     def _carry(self, decision: Decision) -> None:
         first, progress = decision.participants[0], decision.progress
