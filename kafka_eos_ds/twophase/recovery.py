@@ -7,7 +7,7 @@ open, the write at hand) and returns what to do. The I/O lives in :mod:`.committ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.twophase.identity import Kind, WriteId
@@ -91,6 +91,52 @@ def stream_target(own: Decision | None, sink_latest: Decision | None, query_id: 
     return sink_latest
 
 
+def check_checkpoint(decision: Decision | None, committed: int, planned_batch: Callable[[], int],
+                     planned_offsets: Callable[[int], Mapping[str, Any]]) -> None:
+    """Refuse (TransactionError, not retriable) to go on when Spark plans a batch the sink
+    wrote other than the sink wrote it, before the tasks (whose done mark would make them
+    drop its input): the checkpoint's offset log no longer holds the query's latest decided
+    batch (an older checkpoint restored, offset-log entries deleted), or holds it with other
+    end offsets than the decision recorded (``offsets/N`` rewritten). ``committed``: the
+    latest batch in Spark's commit log; ``planned_batch``/``planned_offsets``: the offset
+    log's latest batch and a batch's end offsets, read only when the latest decision is
+    past ``committed`` (after a restart; never in the steady state)."""
+    if decision is None or decision.state not in (DECIDED, DONE) or decision.batch_id <= committed:
+        return
+    planned = planned_batch()
+    if planned < decision.batch_id:
+        raise TransactionError(
+            f"Batch {decision.batch_id} of query {decision.query_id} is {decision.state.value} in the sink, but the "
+            f"checkpoint's offset log ends at batch {planned}: an older copy of the checkpoint was restored, or "
+            f"entries of its offset log were deleted. Spark would plan the batches up to {decision.batch_id} "
+            f"again, with other offsets, and the sink would take them for written. {_REPLANNED}", retriable=False)
+    if (decision.progress or {}).get("offsets") is not None:
+        _check_offsets(decision, planned_offsets(decision.batch_id))
+
+
+_REPLANNED = ("Nothing is written. Put the checkpoint back as it was when the batch was written, or start a new query "
+              "(a new checkpointLocation) from the end offsets the sink recorded (docs/troubleshooting.md, \"Batch N "
+              "was written with other offsets than the checkpoint plans\").")
+
+
+def _check_offsets(decision: Decision, planned: Mapping[str, Any] | None) -> None:
+    """Refuse the batch of ``decision`` planned with end offsets ``planned`` when the
+    decision recorded others (nothing to compare: nothing refused)."""
+    recorded = (decision.progress or {}).get("offsets")
+    if recorded is None or planned is None or _offsets(recorded) == _offsets(planned):
+        return
+    raise TransactionError(
+        f"Batch {decision.batch_id} of query {decision.query_id} was written with the source's end offsets "
+        f"{_offsets(recorded)}, but the checkpoint's offsets/{decision.batch_id} now ends at {_offsets(planned)}: "
+        f"the offset log was rewritten, or an older checkpoint restored, after the batch was written. {_REPLANNED}",
+        retriable=False)
+
+
+def _offsets(offsets: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """``{"topic": {"partition": offset}}`` with the keys as JSON gives them back."""
+    return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
+
+
 @dataclass(frozen=True)
 class CommitPlan:
     """What committing a write does: ``noop``; or commit ``decision``'s participants (after
@@ -130,6 +176,8 @@ def plan_commit(latest: Decision | None, query_id: str, batch_id: int,
             "that was presumed dead and resumed?); this one must stop. Its transactions are left open and are "
             "aborted by the running query's next recovery or abort.")
     if latest is not None and latest.same_batch(query_id, batch_id) and latest.state != ABANDONED:
+        if progress is not None:
+            _check_offsets(latest, progress.get("offsets"))
         if latest.state == DONE:
             return CommitPlan(noop=True)
         return CommitPlan(noop=False, decision=latest, write_decision=False)
