@@ -395,8 +395,12 @@ def test_progress_of_a_batch_without_output_is_stored_on_its_own():
     assert log.latest() == Decision("q", 1, DONE, (), PROGRESS)
 
 
-def test_recovery_finishing_a_decision_attaches_its_progress_again():
+def test_recovery_finishing_a_legacy_decision_attaches_its_progress_again():
+    """A decision written before progress was attached ahead of it (no progressAttached
+    mark): the attachment may never have happened. A marked decision is never attached
+    again (tests/test_progress_attached.py)."""
     decided = Decision("q", 4, DECIDED, (part(0), part(1)), PROGRESS)
+    assert not decided.progress_attached
     tpc, log, events = committer(latest=decided)
     tpc.recover(stream("q"))
     assert events[:2] == [("carry", "p-0-0", PROGRESS["offsets"]), ("commit", "p-0-0")]

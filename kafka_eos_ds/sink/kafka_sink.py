@@ -36,6 +36,7 @@ from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
+from kafka_eos_ds.twophase.recovery import check_checkpoint
 from kafka_eos_ds.twophase.retrying import retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
@@ -131,10 +132,14 @@ class KafkaSink:
         """Fail when the checkpoint has committed batches but the commit log has no decision
         of this query: the log was deleted or re-created (or the options naming it
         changed), and recovery would take decided batches for undecided ones and write
-        them again."""
+        them again. And when the checkpoint plans the query's latest decided batch other
+        than it was written (:func:`~kafka_eos_ds.twophase.recovery.check_checkpoint`)."""
         committed = self._retry(lambda: checkpoint.latest_batch("commits"), "Could not read the checkpoint")
-        if committed < 0 or self._retry(lambda: committer.decisions.latest(write.key),
-                                        "Could not read the sink's decisions") is not None:
+        own = self._retry(lambda: committer.decisions.latest(write.key), "Could not read the sink's decisions")
+        check_checkpoint(own, committed, lambda: self._retry(checkpoint.latest_batch, "Could not read the checkpoint"),
+                         lambda batch: self._retry(lambda: checkpoint.end_offsets(batch),
+                                                   "Could not read the checkpoint"))
+        if committed < 0 or own is not None:
             return
         raise TransactionError(
             f"The commit-log topic '{self.config.commit_log_topic}' (option 'commitLogTopic') holds no decision of "

@@ -110,8 +110,8 @@ class KafkaTransactions:
         held = self.coordinator.group_offsets(group)
         if any(str(part) in held.get(topic, {}) for topic, parts in offsets.items() for part in parts):
             return None
-        return (f"the consumer group '{group}' (option 'sourceGroupId') holds no offsets for the input, while the "
-                f"output ends at batch {{batch}}'s end offsets {dict(offsets)} "
+        return (f"the consumer group '{group}' (option 'sourceGroupId') holds no offsets for the input, while "
+                f"batch {{batch}} ended at offsets {dict(offsets)} "
                 "(docs/troubleshooting.md, \"A new query cannot start where the output ends\").")
 
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
@@ -39,6 +40,8 @@ from kafka_eos_ds.twophase.protocol import (
 )
 from kafka_eos_ds.twophase.recovery import (
     RecoveryContext,
+    check_app_version,
+    output_before,
     plan_abort,
     plan_recovery,
     plan_write,
@@ -134,13 +137,14 @@ class TwoPhaseCommitter:
         sink's latest stream decision, whoever's."""
         assert write.recovers_before_tasks, write
         own = self._read(lambda: self.decisions.latest(write.key))
+        if write.kind is Kind.APP:
+            check_app_version(own, write)
         target = own
         if write.kind is Kind.STREAM and self.streams_share_ids:
             latest = self._read(lambda: self.decisions.latest_of(Kind.STREAM.value))
             target = stream_target(own, latest, write.app) if known_query else latest
         faults.check("driver-after-reading-decision")
-        if known_query and target is not None and target is not own and target.progress is not None \
-                and target.state == DONE:
+        if known_query and target is not None and target is not own and output_before(target):
             self._check_resumable(target)
         open_ids = self._open_ids(write)
         plan = plan_recovery(RecoveryContext(target, open_ids, write.app if known_query else None))
@@ -184,8 +188,7 @@ class TwoPhaseCommitter:
         decision is written, nothing is fenced. For an operator finishing what a stopped
         driver decided (the writer's own next step records it done)."""
         assert decision.state == DECIDED, decision
-        if decision.progress is not None:
-            self._carry(decision)
+        self._carry_legacy(decision)
         self._commit_all(decision)
 
     # -- after the tasks ----------------------------------------------------------
@@ -242,7 +245,9 @@ class TwoPhaseCommitter:
             if decision.progress is not None:
                 # Attached before the decision: a failure here refuses the batch undecided
                 # (an unreadable group, a missing ACL), instead of wedging a decided one.
+                # Marked so, finishing the decision never attaches it again (_carry_legacy).
                 self._carry(decision)
+                decision = replace(decision, progress_attached=True)
             self.decisions.write(write.key, decision)
         faults.check("driver-after-decision", batch=batch)
         try:
@@ -350,10 +355,7 @@ class TwoPhaseCommitter:
         return sorted((set(superseded) - decided) | set(still_open))
 
     def _finish(self, key: str, decision: Decision) -> None:
-        if decision.progress is not None:
-            # A decision recorded before its progress was attached (or whose attachment
-            # this is the retry of): a no-op once the first participant has committed.
-            self._carry(decision)
+        self._carry_legacy(decision)
         self._commit_all(decision, key)
         self._publish(decision)
         done = decision.with_state(DONE)
@@ -363,6 +365,17 @@ class TwoPhaseCommitter:
         if self.publish is not None:
             publish = self.publish
             self._retrying(lambda: publish(decision), f"Could not publish batch {decision.batch_id}")
+
+    def _carry_legacy(self, decision: Decision) -> None:
+        """Attach the progress of a decision written before progress was attached ahead of
+        the decision (an older version's record: no ``progress_attached``); a no-op once
+        the first participant has committed. A marked decision's progress is in its first
+        participant already: attaching it again would only open a window for a driver that
+        stalls inside the attachment and comes back after a newer driver committed the
+        batch, to open a new transaction under the still-current epoch and move the
+        group's offsets back (the schedule zombie-recovery-carry)."""
+        if decision.progress is not None and not decision.progress_attached:
+            self._carry(decision)
 
     def _carry(self, decision: Decision) -> None:
         first, progress = decision.participants[0], decision.progress
@@ -387,16 +400,22 @@ class TwoPhaseCommitter:
     def _check_resumable(self, decision: Decision) -> None:
         """A query replacing one whose checkpoint was lost starts where the progress store
         says the output ends; if the store lost it (a consumer group whose offsets expired),
-        the new query re-reads input that is already in the output: stop before writing."""
+        the new query re-reads input that is already in the output: stop before writing.
+        ``decision``: done, or abandoned (the output ends with the batch before it)."""
         progress = decision.progress
         assert progress is not None
         store = self._progress_store()
         problem = self._retrying(lambda: store.resumes_before(progress), "Could not read where the output ends",
                                  then=_RESTART)
         if problem:
+            last, abandoned = decision.batch_id, ""
+            if decision.state == ABANDONED:
+                last -= 1
+                abandoned = (f" Batch {decision.batch_id} was abandoned (none of it is in the output): the output ends "
+                             f"where batch {last} ended, before those offsets.")
             raise TransactionError(
-                f"Query {decision.query_id} wrote up to batch {decision.batch_id} with this sink; this query replaces "
-                f"it but cannot start where its output ends: {problem.replace('{batch}', str(decision.batch_id))}",
+                f"Query {decision.query_id} wrote up to batch {last} with this sink; this query replaces it but cannot "
+                f"start where its output ends: {problem.replace('{batch}', str(decision.batch_id))}{abandoned}",
                 retriable=False)
 
     def _started(self, decision: Decision) -> bool:

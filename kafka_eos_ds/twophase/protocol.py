@@ -99,6 +99,9 @@ class Decision:
     writes of that micro-batch are committed over all runs (a re-run skips that many), and
     ``runs`` the last ordinal each run of the query reached in the micro-batch (two runs
     can take turns in one micro-batch: a zombie driver and its replacement).
+    ``progress_attached``: the progress was attached to the first participant before the
+    decision was written (every decision with progress written since); a record without
+    it (written by an older version) may need it attached when it is finished.
     """
 
     query_id: str
@@ -110,6 +113,7 @@ class Decision:
     run: str | None = None
     writes: int = 1
     runs: Mapping[str, int] = field(default_factory=dict)
+    progress_attached: bool = False
 
     def same_batch(self, query_id: str, batch_id: int) -> bool:
         return self.query_id == query_id and self.batch_id == int(batch_id)
@@ -122,6 +126,8 @@ class Decision:
                                "transactions": [p.to_json() for p in self.participants]}
         if self.progress is not None:
             out["progress"] = dict(self.progress)
+            if self.progress_attached:
+                out["progressAttached"] = True
         if self.run is not None:
             out.update({"write": self.write, "run": self.run, "writes": self.writes, "runs": dict(self.runs)})
         return out
@@ -131,7 +137,8 @@ class Decision:
         return cls(str(data["queryId"]), int(data["batchId"]), DecisionState(str(data["state"])),
                    tuple(Participant.from_json(p) for p in data.get("transactions") or ()),
                    data.get("progress"), int(data.get("write", 0)), data.get("run"), int(data.get("writes", 1)),
-                   {str(k): int(v) for k, v in (data.get("runs") or {}).items()})
+                   {str(k): int(v) for k, v in (data.get("runs") or {}).items()},
+                   bool(data.get("progressAttached", False)))
 
     def ordinals(self) -> dict[str, int]:
         """The last ordinal each run reached in this micro-batch (foreachBatch writes; a

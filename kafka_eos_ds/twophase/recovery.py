@@ -7,7 +7,7 @@ open, the write at hand) and returns what to do. The I/O lives in :mod:`.committ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.twophase.identity import Kind, WriteId
@@ -61,6 +61,16 @@ def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
     return RecoveryPlan(finish, fence, mark, only_if_started=foreign)
 
 
+def output_before(decision: Decision) -> bool:
+    """Whether the output holds batches of ``decision``'s query that its progress store
+    must remember for a query replacing it (:meth:`.ProgressStore.resumes_before`): up to a
+    done batch, or up to the batch before an abandoned one, unless that one was the
+    query's first (nothing of the query is in the output then)."""
+    if decision.progress is None:
+        return False
+    return decision.state == DONE or (decision.state == ABANDONED and decision.batch_id > 0)
+
+
 def stream_target(own: Decision | None, sink_latest: Decision | None, query_id: str) -> Decision | None:
     """The decision a stream's recovery acts on: its own latest, or — for a query that has
     never decided on this sink — the latest of the query that wrote before it (a query
@@ -79,6 +89,52 @@ def stream_target(own: Decision | None, sink_latest: Decision | None, query_id: 
             "queries must not share a 'transactionalIdPrefix'. Stop one of them, or give it its own prefix.",
             retriable=False)
     return sink_latest
+
+
+def check_checkpoint(decision: Decision | None, committed: int, planned_batch: Callable[[], int],
+                     planned_offsets: Callable[[int], Mapping[str, Any]]) -> None:
+    """Refuse (TransactionError, not retriable) to go on when Spark plans a batch the sink
+    wrote other than the sink wrote it, before the tasks (whose done mark would make them
+    drop its input): the checkpoint's offset log no longer holds the query's latest decided
+    batch (an older checkpoint restored, offset-log entries deleted), or holds it with other
+    end offsets than the decision recorded (``offsets/N`` rewritten). ``committed``: the
+    latest batch in Spark's commit log; ``planned_batch``/``planned_offsets``: the offset
+    log's latest batch and a batch's end offsets, read only when the latest decision is
+    past ``committed`` (after a restart; never in the steady state)."""
+    if decision is None or decision.state not in (DECIDED, DONE) or decision.batch_id <= committed:
+        return
+    planned = planned_batch()
+    if planned < decision.batch_id:
+        raise TransactionError(
+            f"Batch {decision.batch_id} of query {decision.query_id} is {decision.state.value} in the sink, but the "
+            f"checkpoint's offset log ends at batch {planned}: an older copy of the checkpoint was restored, or "
+            f"entries of its offset log were deleted. Spark would plan the batches up to {decision.batch_id} "
+            f"again, with other offsets, and the sink would take them for written. {_REPLANNED}", retriable=False)
+    if (decision.progress or {}).get("offsets") is not None:
+        _check_offsets(decision, planned_offsets(decision.batch_id))
+
+
+_REPLANNED = ("Nothing is written. Put the checkpoint back as it was when the batch was written, or start a new query "
+              "(a new checkpointLocation) from the end offsets the sink recorded (docs/troubleshooting.md, \"Batch N "
+              "was written with other offsets than the checkpoint plans\").")
+
+
+def _check_offsets(decision: Decision, planned: Mapping[str, Any] | None) -> None:
+    """Refuse the batch of ``decision`` planned with end offsets ``planned`` when the
+    decision recorded others (nothing to compare: nothing refused)."""
+    recorded = (decision.progress or {}).get("offsets")
+    if recorded is None or planned is None or _offsets(recorded) == _offsets(planned):
+        return
+    raise TransactionError(
+        f"Batch {decision.batch_id} of query {decision.query_id} was written with the source's end offsets "
+        f"{_offsets(recorded)}, but the checkpoint's offsets/{decision.batch_id} now ends at {_offsets(planned)}: "
+        f"the offset log was rewritten, or an older checkpoint restored, after the batch was written. {_REPLANNED}",
+        retriable=False)
+
+
+def _offsets(offsets: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """``{"topic": {"partition": offset}}`` with the keys as JSON gives them back."""
+    return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
 
 
 @dataclass(frozen=True)
@@ -120,6 +176,8 @@ def plan_commit(latest: Decision | None, query_id: str, batch_id: int,
             "that was presumed dead and resumed?); this one must stop. Its transactions are left open and are "
             "aborted by the running query's next recovery or abort.")
     if latest is not None and latest.same_batch(query_id, batch_id) and latest.state != ABANDONED:
+        if progress is not None:
+            _check_offsets(latest, progress.get("offsets"))
         if latest.state == DONE:
             return CommitPlan(noop=True)
         return CommitPlan(noop=False, decision=latest, write_decision=False)
@@ -143,14 +201,36 @@ def plan_write(own: Decision | None, write: WriteId, participants: Iterable[Part
     return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
 
 
+def check_app_version(own: Decision | None, write: WriteId) -> None:
+    """Refuse an app write (``txnAppId``) whose ``txnVersion`` is below the app's latest
+    (TransactionError, not retriable), before any task writes.
+
+    Only the latest version of an app is kept, and a re-run of a write is a run of that
+    version (Spark running the last micro-batch again); a lower version is the app's
+    numbering starting again, most often ``txnVersion=batch_id`` after the stream's
+    checkpoint was reset. Taken for written, each of those writes would add nothing
+    until the numbers caught up: their rows lost without a word."""
+    if own is None or write.version >= own.batch_id:
+        return
+    raise TransactionError(
+        f"Refusing the write of txnAppId {write.app!r} at txnVersion {write.version}: version {own.batch_id} of "
+        f"this txnAppId is already {own.state.value}, and only the latest version can be run again (adding "
+        "nothing). A lower version is not a re-run: after the stream's checkpoint was reset (batch ids start at "
+        "0 again) give the write a new 'txnAppId'; a version written before needs no run. Nothing of this write "
+        "is committed. See docs/troubleshooting.md, \"Refusing the write of txnAppId A at txnVersion N\".",
+        retriable=False)
+
+
 def _plan_app(own: Decision | None, earlier: Decision | None, write: WriteId,
               parts: tuple[Participant, ...]) -> CommitPlan:
-    """``txnAppId``/``txnVersion``, as Delta Lake reads them: a version at or below the
-    app's latest is already written, and the write adds nothing (its tasks' work, if they
-    wrote any, is aborted). A decided, unfinished write of the same version is finished
-    with its recorded participants."""
-    if own is not None and write.version <= own.batch_id:
-        if own.state == DECIDED and own.batch_id == write.version:
+    """``txnAppId``/``txnVersion``, as Delta Lake reads them: the app's latest version run
+    again is already written, and the write adds nothing (its tasks' work, if they wrote
+    any, is aborted); a version below it is refused (:func:`check_app_version`). A
+    decided, unfinished write of the same version is finished with its recorded
+    participants."""
+    check_app_version(own, write)
+    if own is not None and write.version == own.batch_id:
+        if own.state == DECIDED:
             return CommitPlan(noop=False, decision=own, write_decision=False)
         return CommitPlan(noop=False, decision=Decision(write.app, write.version, DONE), earlier=earlier,
                           write_decision=False, skip=True)

@@ -68,10 +68,12 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                             "a driver that stalled after committing batch 0 comes back and sweeps the sink's open "
                             "transactions (its post-commit sweep, then Spark's abort once its 'done' write is "
                             "fenced): a batch a newer driver decided meanwhile is lost"),
-    "zombie-recovery-carry": (zombie_recovery_carry, {"progress"},
-                              "a recovery that re-attaches a decided batch's progress stalls before AddOffsetsToTxn; "
-                              "back after a newer driver committed the batch, its AddOffsetsToTxn opens a new "
-                              "transaction under the still-current epoch and commits: the group's offsets go back"),
+    "zombie-recovery-carry": (zombie_recovery_carry, set(),
+                              "fixed: a recovery that re-attached a decided batch's progress stalled before "
+                              "AddOffsetsToTxn; back after a newer driver committed the batch, its AddOffsetsToTxn "
+                              "opened a new transaction under the still-current epoch and committed: the group's "
+                              "offsets went back (decisions are now marked as carrying their progress, and "
+                              "recovery attaches it only to older records)"),
     "checkpoint-lost-idle": (checkpoint_lost_idle, set(),
                              "a model error, fixed: the model skipped a fresh query's batch 0 when it found no "
                              "new input, and so never ran the recovery that finishes the lost query's decided "

@@ -44,7 +44,8 @@ _ZOMBIES = ("zombie drivers acting on a stale read: recovery, the post-commit sw
             "stage attempt's task restarted at attempt 0, opening a transaction on an id a decision names "
             "(stage-retry-same-id)")
 _STREAM = {"decided-fenced", "false-lost", "progress"}
-_WHY_STREAM = _ZOMBIES + "; a zombie recovery re-attaching a done batch's progress (zombie-recovery-carry)"
+_WHY_STREAM = _ZOMBIES + ("; a zombie driver's empty batch committing its progress to the source group unfenced, "
+                          "after a newer driver's")
 _JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
          "writer of the prefix) if its transactions time out first")
 KNOWN_DEFECTS = {
