@@ -17,8 +17,9 @@ from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
+from kafka_eos_ds.filesink.handles import files_of
 from kafka_eos_ds.filesink.progress import table_end
-from kafka_eos_ds.twophase import DoneMark, Kind, WriteId
+from kafka_eos_ds.twophase import DECIDED, Decision, DoneMark, Kind, WriteId
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 
@@ -105,3 +106,53 @@ def test_stream_offsets_still_resume_and_an_empty_table_starts_at_the_earliest(t
     _checkpoint(tmp_path / "ckpt", "q-1", [{"in": {"0": 5}}])
     _stream_batch(_sink(table, tmp_path / "ckpt"), "q-1", 0, [1])
     assert table_end(str(table), {}) == {("in", 0): 5}
+
+
+# -- a dead query's decided batch, finished once by the query that took over ----------
+
+
+def _dead_query_with_a_decided_batch(tmp_path, table, **options):
+    """Query A wrote batch 0, decided batch 1 and died before renaming it; its checkpoint
+    is lost. Returns batch 1's participant."""
+    _checkpoint(tmp_path / "a", "q-a", [{"in": {"0": 5}}, {"in": {"0": 9}}])
+    a = _sink(table, tmp_path / "a", **options)
+    _stream_batch(a, "q-a", 0, [1, 2])
+    p = _stream_batch(a, "q-a", 1, [3], commit=False)
+    FileDecisionLog(a.config.layout).write("q:q-a", Decision("q-a", 1, DECIDED, (p,), {"offsets": {"in": {"0": 9}}}))
+    return p
+
+
+def _new_query(tmp_path, table, query, **options):
+    _checkpoint(tmp_path / query, query, [{"in": {"0": 12}}])
+    sink = _sink(table, tmp_path / query, **options)
+    sink.prepare(WriteSpec(streaming=True))
+    return sink
+
+
+def test_a_dead_querys_batch_finished_by_one_new_query_is_not_finished_again_after_retention(tmp_path):
+    table = tmp_path / "table"
+    p = _dead_query_with_a_decided_batch(tmp_path, table)
+    _new_query(tmp_path, table, "q-b")  # finishes A's batch 1
+    assert _ids(table) == [1, 2, 3]
+    # Retention deletes the partition's files, batch 1's among them.
+    for staged in files_of(p.handle):
+        (table / staged.final).unlink()
+    assert _ids(table) == [1, 2]
+    # Every later new query starts (before: TransactionLostError, batch 1's pending and final gone).
+    _new_query(tmp_path, table, "q-c")
+    _stream_batch(_sink(table, tmp_path / "q-c"), "q-c", 0, [4])
+    assert _ids(table) == [1, 2, 4]
+    assert FileDecisionLog(_sink(table).config.layout).latest("q:q-a").state == DECIDED  # A's log untouched
+
+
+def test_a_dead_querys_batch_finished_once_is_never_published_again(tmp_path):
+    table = tmp_path / "table"
+    _dead_query_with_a_decided_batch(tmp_path, table, successFile="true")
+    _new_query(tmp_path, table, "q-b", successFile="true")
+    assert (table / "_SUCCESS").exists()
+    # Readers are told the partition is gone (its marker dropped; an external table's
+    # partition dropped from the metastore), its files kept.
+    (table / "_SUCCESS").unlink()
+    _new_query(tmp_path, table, "q-c", successFile="true")
+    assert not (table / "_SUCCESS").exists()
+    assert _ids(table) == [1, 2, 3]
