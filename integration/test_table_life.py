@@ -6,6 +6,9 @@
   (``startingOffsetsFromTable``). The writes inside foreachBatch record no Kafka offsets,
   so where the table ends is not known: the new query is refused before it writes
   anything, instead of reading the input again from the earliest offset.
+* A streaming query into the table is killed with a batch pre-committed and undecided
+  (its files pending); its checkpoint is lost, and a new query resumes from the table:
+  once its first batch is done, nothing the killed query staged is left.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from integration.helpers import consume_all
-from integration.sink_runs import audit_files, run_pipeline, seed
+from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 
 RECORDS, BATCH = 600, 150
 
@@ -51,3 +54,22 @@ def test_a_table_written_inside_foreachbatch_is_refused_as_a_place_to_resume_fro
     assert files.ok and files.leftovers == [], files
     assert len(consume_all(fanout.bootstrap, fanout.output)) == RECORDS
 
+
+def test_a_query_that_resumes_from_the_table_deletes_what_the_killed_query_left_staged(kafka, new_topic, tmp_path,
+                                                                                        warm_driver):
+    input_topic = new_topic(2, prefix="tl")
+    seed(kafka.bootstrap, input_topic, RECORDS)
+    table = tmp_path / "table"
+
+    def run(checkpoint: str, fault: str | None = None, *extra: str):
+        return run_pipeline(kafka.bootstrap, input_topic, "unused", str(tmp_path / checkpoint), "unused", fault=fault,
+                            max_offsets=BATCH, log_dir=tmp_path / "logs", sink_format="kafka_eos_file",
+                            sink_options=[f"path={table}"], job_args=list(extra), warm=warm_driver)
+
+    # Killed after batch 1's tasks pre-committed, before its decision: its files stay pending.
+    assert_crashed(run("checkpoint", "driver-before-decision@1"))
+    assert audit_files(str(table), RECORDS).leftovers != []
+    run_ = run("checkpoint-2", None, "--resume-from-table", str(table))
+    assert run_.returncode == 0, run_.log[-3000:]
+    files = audit_files(str(table), RECORDS)
+    assert files.ok and files.leftovers == [], files  # before: the killed query's pending files, for good

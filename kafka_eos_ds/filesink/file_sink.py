@@ -27,7 +27,7 @@ from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
 from kafka_eos_ds.filesink.publishing import prepare_table, publisher
-from kafka_eos_ds.filesink.takeover import finish_other_streams
+from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import RenameStore
@@ -74,10 +74,13 @@ class FileSink:
         return write_files(self.config, task, mark, items, self.schema)
 
     def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
-        progress = None
+        progress, committer, first = None, self._committer(), False
         if write.kind is Kind.STREAM:
             progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
-        self._committer().commit(write, participants, progress)
+            first = committer.decisions.latest(write.key) is None
+        committer.commit(write, participants, progress)
+        if first:  # the query's first batch on the table is done: it has taken the table over
+            clean_superseded(committer, self.config.layout, self.config.store(), write.app, progress)
 
     def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:

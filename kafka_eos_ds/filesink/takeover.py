@@ -14,18 +14,35 @@ partition may have been dropped from the metastore on purpose (publishing it aga
 bring it back). The decision log itself is never written for another query: that query
 may still be running (two queries writing one table), and a decision written into its
 log would make its own next write fail as "fell behind".
+
+Once its first batch is done, the new query deletes what the streams it superseded left
+staged (:func:`clean_superseded`: in-progress and pending files; on S3, open multipart
+uploads), which no one else ever would: each writer cleans only its own staging, and a
+dead query's never runs again. A stream is superseded when its latest decision is
+finished and everything it recorded reading, the new query's first batch has read too
+(it resumed from the table, or re-reads the same input): a query still writing those
+partitions would write each record twice anyway. Whatever else is staged (a stream
+reading other partitions, a query without offsets, foreachBatch, txnAppId or batch
+writes), it names in a warning and leaves alone.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
+from kafka_eos_ds.errors import KafkaEosError
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.layout import Layout, writer_dir
+from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage import Store
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind
-from kafka_eos_ds.twophase.protocol import Decision
+from kafka_eos_ds.twophase.protocol import DECIDED, Decision
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.filesink.uploads import UploadParticipants
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +85,52 @@ def _record_finished(layout: Layout, store: Store, key: str, decision: Decision,
         if suffix == "json" and stem.isdigit() and int(stem) < decision.batch_id:
             store.delete(str(directory / name))
 
+
+def clean_superseded(committer: TwoPhaseCommitter, layout: Layout, store: Store, query: str,
+                     progress: Mapping[str, Any] | None) -> None:
+    """After query ``query``'s first batch (which read up to ``progress``) is done: delete
+    what the streams it superseded left staged, and name in a warning what it leaves
+    (module docstring). Best effort: the batch is committed whatever happens here."""
+    decisions = cast(FileDecisionLog, committer.decisions)
+    staging = cast("FileParticipants | UploadParticipants", committer.participants)
+    try:
+        staged = staging.staged()
+        streams = {writer_dir(key): (key, decision) for key, decision in decisions.decisions_of(Kind.STREAM.value)}
+        ours = writer_dir(f"{Kind.STREAM.value}:{query}")
+        left = []
+        for writer, ids in sorted(staged.items()):
+            if writer == ours:
+                continue
+            key, decision = streams.get(writer, (None, None))
+            why = _why_kept(layout, store, key, decision, progress)
+            # Read again just before deleting: a decision written since (a query still
+            # running) keeps its staging.
+            if why is None and key is not None and decisions.latest(key) == decision:
+                log.warning("deleting what query %s left staged (%d file(s) or upload(s)); this query superseded it",
+                            decision.query_id if decision else writer, len(ids))
+                for participant_id in ids:
+                    staging.fence(participant_id)
+            else:
+                left.append(f"{writer} ({len(ids)}: {why or 'it decided again meanwhile'})")
+        if left:
+            log.warning("left staged in '%s', for their own writers to clean: %s", layout.staging, "; ".join(left))
+    except (KafkaEosError, OSError) as exc:
+        log.warning("could not clean what superseded queries left staged in '%s': %s", layout.staging, exc)
+
+
+def _why_kept(layout: Layout, store: Store, key: str | None, decision: Decision | None,
+              progress: Mapping[str, Any] | None) -> str | None:
+    """Why a writer's staging is not this query's to delete (None: it is)."""
+    if key is None or decision is None:
+        return "not a stream with a decision: foreachBatch, txnAppId or batch writes, or a query that decided nothing"
+    if decision.state == DECIDED and not _finished(layout, store, key, decision):
+        return f"batch {decision.batch_id} of query {decision.query_id} is decided and not finished"
+    theirs = (decision.progress or {}).get("offsets") or {}
+    ours = (progress or {}).get("offsets") or {}
+    if not theirs or not ours:
+        return f"query {decision.query_id} or this query recorded no Kafka offsets"
+    ahead = [f"{topic}-{part}" for topic, parts in theirs.items() for part, end in parts.items()
+             if int(ours.get(topic, {}).get(part, -1)) < int(end)]
+    if ahead:
+        return f"query {decision.query_id} read {', '.join(sorted(ahead))} further than this query"
+    return None
