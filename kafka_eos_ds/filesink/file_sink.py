@@ -27,7 +27,7 @@ from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
 from kafka_eos_ds.filesink.publishing import prepare_table, publisher
-from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams
+from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams, takes_over
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import RenameStore
@@ -77,7 +77,7 @@ class FileSink:
         progress, committer, first = None, self._committer(), False
         if write.kind is Kind.STREAM:
             progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
-            first = committer.decisions.latest(write.key) is None
+            first = takes_over(committer, write.key)
         committer.commit(write, participants, progress)
         if first:  # the query's first batch on the table is done: it has taken the table over
             clean_superseded(committer, self.config.layout, self.config.store(), write.app, progress)

@@ -86,6 +86,17 @@ def _record_finished(layout: Layout, store: Store, key: str, decision: Decision,
             store.delete(str(directory / name))
 
 
+def takes_over(committer: TwoPhaseCommitter, key: str) -> bool:
+    """Whether the stream ``key`` has no decision on the table yet: its batch about to be
+    committed is its first (False when that cannot be read now: the clean-up is skipped,
+    never the batch failed for it)."""
+    try:
+        return committer.decisions.latest(key) is None
+    except (KafkaEosError, OSError) as exc:
+        log.info("could not read %s's decisions (the clean-up of superseded queries is skipped): %s", key, exc)
+        return False
+
+
 def clean_superseded(committer: TwoPhaseCommitter, layout: Layout, store: Store, query: str,
                      progress: Mapping[str, Any] | None) -> None:
     """After query ``query``'s first batch (which read up to ``progress``) is done: delete
