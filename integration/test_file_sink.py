@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from integration.helpers import produce, run_to_end
+from integration.helpers import run_to_end
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 from integration.tables import Table, newest_decision
 from kafka_eos_ds.filesink.layout import query_token, writer_dir
@@ -181,25 +181,36 @@ def test_5_commit_raises_and_abort_leaves_the_decided_batch_alone(files):
     _finishes_exactly_once(files)
 
 
-def test_9_zombie_files_never_become_final(files):
-    _finishes_exactly_once(files)
-    finals = sorted(p.name for p in files.out.glob("part-*"))
+@pytest.mark.parametrize("takeover", [False, pytest.param(True, marks=pytest.mark.full)],
+                         ids=["restart", "new-query"])
+def test_9_zombie_files_never_become_final(files, tmp_path, warm_driver, takeover):
+    # Batch 1 is decided and partly committed (one of its files still pending) when the
+    # driver dies: the next driver must commit it, and is the only step that could make a
+    # zombie's file final.
+    assert_crashed(files.run("driver-after-first-commit@1"))
+    assert len(files.pending()) == 1
     # Zombies of the query (a task of an earlier run or stage attempt still writing, one
-    # that pre-committed after the query's last recovery), under the query's own staging:
-    # an in-progress file, a pending one of another attempt, and one of a decided task.
+    # that pre-committed after the decision), under its own staging: an in-progress file,
+    # a pending one of another attempt, and one under each decided task's id (its own stamp).
     query = json.loads(Path(files.checkpoint, "metadata").read_text())["id"]
     writer = files.out / "_kafka_eos" / writer_dir(f"q:{query}")
     token = query_token(query)
-    for sub, name in (("in-progress", f"{token}-1-0-0.parquet"), ("pending", f"{token}-1-1-3.parquet"),
-                      ("pending", f"{token}-1-0-0.parquet")):
+    for sub, name in (("in-progress", f"{token}-1-0-0.0000aaaa.parquet"),
+                      ("pending", f"{token}-1-1-3.0000bbbb.parquet"),
+                      ("pending", f"{token}-1-0-0.0000cccc.parquet"), ("pending", f"{token}-1-1-0.0000dddd.parquet")):
         (writer / sub).mkdir(parents=True, exist_ok=True)
         pq.write_table(pq.read_table(_zombie_table(writer)), writer / sub / name)
-    # They stay invisible; the next batch's recovery (more input arrives) deletes them.
-    produce(files.bootstrap, files.input, [f"{i}|record {i}".encode() for i in range(RECORDS, RECORDS + 10)])
-    run = files.run()
+    if takeover:
+        # The checkpoint is lost: a new query resumes from the table, finishes batch 1 for
+        # the dead query, and once its first batch is done deletes what that query staged.
+        run = run_pipeline(files.bootstrap, files.input, "unused", str(tmp_path / "checkpoint-2"), "unused",
+                           max_offsets=BATCH, log_dir=tmp_path / "logs", sink_format="kafka_eos_file",
+                           sink_options=[f"path={files.out}"], job_args=["--resume-from-table", str(files.out)],
+                           warm=warm_driver)
+    else:
+        run = files.run()  # the restart from the checkpoint finishes batch 1
     assert run.returncode == 0, run.log[-3000:]
-    assert set(finals) < {p.name for p in files.out.glob("part-*")}  # old finals untouched, new ones added
-    report = files.audit(RECORDS + 10)
+    report = files.audit()  # a zombie's row ('999999|ZOMBIE') in a final file fails it
     assert report.ok and report.leftovers == [], report
 
 

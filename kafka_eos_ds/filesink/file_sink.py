@@ -27,6 +27,7 @@ from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
 from kafka_eos_ds.filesink.publishing import prepare_table, publisher
+from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams, takes_over
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import RenameStore
@@ -73,10 +74,13 @@ class FileSink:
         return write_files(self.config, task, mark, items, self.schema)
 
     def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
-        progress = None
+        progress, committer, first = None, self._committer(), False
         if write.kind is Kind.STREAM:
             progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
-        self._committer().commit(write, participants, progress)
+            first = takes_over(committer, write.key)
+        committer.commit(write, participants, progress)
+        if first:  # the query's first batch on the table is done: it has taken the table over
+            clean_superseded(committer, self.config.layout, self.config.store(), write.app, progress)
 
     def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:
@@ -101,19 +105,9 @@ class FileSink:
                                  progress_store=RecordedProgress())
 
     def _finish_other_streams(self, committer: TwoPhaseCommitter, query: str) -> None:
-        """A new query's first batch: commit what the table's other streams decided and never
-        recorded done (a query whose checkpoint was lost). Decided is committed, whoever
-        finishes it; and a query resuming from the table's offsets (:mod:`.progress`)
-        counts those batches as written. Their decisions stay theirs: nothing is recorded
-        in another query's log (it may still be running), so a later new query commits
-        them again, which finds them committed."""
-        for _key, decision in committer.decisions.unfinished(Kind.STREAM.value):
-            if decision.query_id != query:
-                log.warning("committing batch %s of query %s, decided but never recorded done", decision.batch_id,
-                            decision.query_id)
-                committer.commit_decided(decision)
-                if committer.publish is not None:
-                    committer.publish(decision)
+        """A new query's first batch: commit, once, what the table's other streams decided
+        and never recorded done (:mod:`.takeover`)."""
+        finish_other_streams(committer, self.config.layout, self.config.store(), query)
 
 
 def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:

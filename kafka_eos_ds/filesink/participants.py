@@ -93,7 +93,14 @@ class FileParticipants:
         return [str(f) for f in fid.earlier_attempts()]
 
     def open_ids(self, write: WriteId) -> Sequence[str]:
-        writer = writer_dir(write.key)
+        return self._staged_ids(writer_dir(write.key))
+
+    def staged(self) -> dict[str, list[str]]:
+        """The ids staged now, per writer directory, of every writer of the table."""
+        writers = [name for name in self.store.list_names(str(self.layout.staging)) if not name.startswith(".")]
+        return {writer: ids for writer in writers if (ids := self._staged_ids(writer))}
+
+    def _staged_ids(self, writer: str) -> list[str]:
         names = [name for sub in (IN_PROGRESS, PENDING)
                  for name in self.store.list_names(str(self.layout.writer(writer) / sub))]
         return sorted({str(fid) for name in names if (fid := FileId.parse(f"{writer}/{name}")) is not None})

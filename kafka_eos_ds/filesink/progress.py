@@ -24,9 +24,9 @@ from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.sink.source_progress import Checkpoint
-from kafka_eos_ds.storage import StorageOptions
+from kafka_eos_ds.storage import Files, StorageOptions
 from kafka_eos_ds.twophase.identity import Kind
-from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Participant
+from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ class RecordedProgress:
 def table_end(location: str, options: Mapping[str, Any]) -> dict[tuple[str, int], int]:
     """Per ``(topic, partition)``, the end offset of the furthest batch any stream decided
     in the table at ``location`` (``options``: how to reach its store, Hadoop's ``fs.*``
-    names). Empty for a table no stream has decided anything in yet."""
+    names). Empty for a table nothing was written to yet; refused (ConfigError) when some of
+    the table was written without offsets: by writes inside foreachBatch or with
+    ``txnAppId``, or only by batch jobs."""
     from kafka_eos_ds.filesink.config import FileSinkConfig
     from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 
@@ -81,9 +83,10 @@ def table_end(location: str, options: Mapping[str, Any]) -> dict[tuple[str, int]
                                               "path": location})
     except ConfigError as exc:
         raise ConfigError(f"Option '{OPTION}' = {location!r}: {exc}") from exc
+    decisions = FileDecisionLog(config.layout, config.store())
     ends: dict[tuple[str, int], int] = {}
     without = []
-    for _key, decision in FileDecisionLog(config.layout, config.store()).decisions_of(Kind.STREAM.value):
+    for _key, decision in decisions.decisions_of(Kind.STREAM.value):
         if decision.state not in (DECIDED, DONE):
             continue
         offsets = (decision.progress or {}).get("offsets")
@@ -94,8 +97,42 @@ def table_end(location: str, options: Mapping[str, Any]) -> dict[tuple[str, int]
             for part, end in parts.items():
                 tp = (str(topic), int(part))
                 ends[tp] = max(ends.get(tp, 0), int(end))
+    # Writes inside foreachBatch and txnAppId writes record no offsets: where they end in
+    # Kafka is unknown whatever the streams recorded. A batch job beside a stream is taken
+    # for a backfill, outside the stream's input; without any stream, it is all there is.
+    without += [_writer_name(kind, decision) for kind in (Kind.FOREACH, Kind.APP) + (() if ends else (Kind.JOB,))
+                for _key, decision in decisions.decisions_of(kind.value) if decision.state != ABANDONED]
     if without:
         raise ConfigError(f"Option '{OPTION}': the table at {location!r} was written by "
-                          f"{', '.join(without)} without Kafka offsets in its decisions (its source was not one "
-                          "kafka_eos source), so where it ends in Kafka is not known. Use 'startingOffsets' instead.")
+                          f"{', '.join(without)} without Kafka offsets in its decisions (only a streaming query "
+                          "writing with writeStream.format('kafka_eos_file') from one kafka_eos source records them), "
+                          "so where it ends in Kafka is not known. Use 'startingOffsets' instead, with the offsets "
+                          "after the last records the table holds.")
+    if not ends and _holds_files(config.store(), str(config.layout.root)):
+        raise ConfigError(f"Option '{OPTION}': the table at {location!r} holds files but no streaming query's "
+                          "decision with Kafka offsets (they were written by batch jobs, or by something else), so "
+                          "where it ends in Kafka is not known. Use 'startingOffsets' instead, with the offsets "
+                          "after the last records the table holds.")
     return ends
+
+
+def _writer_name(kind: Kind, decision: Decision) -> str:
+    if kind is Kind.FOREACH:
+        return f"the foreachBatch writes of query {decision.query_id} (micro-batch {decision.batch_id})"
+    if kind is Kind.APP:
+        return f"txnAppId {decision.query_id!r} (txnVersion {decision.batch_id})"
+    return f"batch job {decision.query_id}"
+
+
+def _holds_files(store: Files, directory: str) -> bool:
+    """Whether a final file is in the table's root or any partition directory under it
+    (names starting with ``_`` or ``.`` are the sink's own and markers; stops at the first)."""
+    for name in store.list_names(directory):
+        if name.startswith(("_", ".")):
+            continue
+        if "=" in name:
+            if _holds_files(store, f"{directory.rstrip('/')}/{name}"):
+                return True
+        else:
+            return True
+    return False

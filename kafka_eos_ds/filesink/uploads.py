@@ -88,8 +88,14 @@ class UploadParticipants:
         return ()  # an upload's id is its task's: every attempt is one id
 
     def open_ids(self, write: WriteId) -> Sequence[str]:
-        writer = writer_dir(write.key)
-        return sorted(str(fid) for fid in self._list() if fid.writer == writer)
+        return self.staged().get(writer_dir(write.key), [])
+
+    def staged(self) -> dict[str, list[str]]:
+        """The ids of the uploads open now, per writer, of every writer of the table."""
+        out: dict[str, list[str]] = {}
+        for fid in sorted(self._list(), key=str):
+            out.setdefault(fid.writer, []).append(str(fid))
+        return out
 
     def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
         # Never needed: an upload or an object with the file's tag tells. Here for the port's sake.
