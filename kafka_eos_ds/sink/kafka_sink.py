@@ -104,11 +104,16 @@ class KafkaSink:
               spec: WriteSpec) -> None:
         if not self.config.exactly_once:
             return
-        # No task reported: the stream's own ids, or the ids the job's tasks used as a job.
-        fallback = WriteId(Kind.STREAM, "", -1) if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0,
-                                                                                 job=spec.job)
+        # No task reported: the stream's own ids, an app write's (the planner knows its
+        # identity: aborted as itself, so that a decision of the app is kept), or the ids
+        # the job's tasks used as a job. A write inside foreachBatch without txnAppId is not
+        # known here (its run is in the tasks' local properties): the stream's next write
+        # fences what its runs left open.
+        planned = None if spec.streaming else spec.planned()
+        fallback = WriteId(Kind.STREAM, "", -1) if spec.streaming else (
+            planned or WriteId(Kind.JOB, spec.job or "", 0, job=spec.job))
         with self._committer(write or fallback) as committer:
-            committer.abort(write, participants, fallback)
+            committer.abort(write or planned, participants, fallback)
 
     # -- steps --------------------------------------------------------------------
 
