@@ -1,7 +1,7 @@
 """The product's operator commands: the ``kafka-eos`` console script (a checkout's
 ``python -m kafka_eos_tools`` adds the tooling's, see :mod:`kafka_eos_tools.cli`).
 
-    kafka-eos transactions list|abort --bootstrap B --prefix P [--json]
+    kafka-eos transactions list|abort --bootstrap B --prefix P [--family F] [--json]
         [-X key=value ...] [--command-config client.properties]
 
 The client settings are those of the sink's ``kafka.*`` options, in librdkafka's or the
@@ -36,6 +36,10 @@ def _transactions_commands(sub: "argparse._SubParsersAction[argparse.ArgumentPar
         action.add_argument("--json", action="store_true")
         if name == "finish":
             action.add_argument("--commit-log-topic", default=None, help="the sink option commitLogTopic")
+        else:
+            action.add_argument("--family", default=None,
+                                help="only the ids of this family (as 'list' shows it: a batch job's 'j...'; "
+                                     "'j*': every batch job's; '': the streaming query's own)")
         add_client_settings(action)
         action.set_defaults(run=_transactions)
 
@@ -113,7 +117,8 @@ def _transactions(args: argparse.Namespace) -> int:
             print(f"{w.writer:<48} batch {w.batch_id:<8} {w.transactions} transaction(s) {w.outcome}")
         print(f"{len(finished)} decided write(s) finished for prefix {args.prefix!r}", file=sys.stderr)
         return 0 if all(w.outcome == "committed" for w in finished) else 1
-    found = (list_transactions if args.action == "list" else abort_transactions)(conf, args.prefix)
+    found = (list_transactions if args.action == "list" else abort_transactions)(conf, args.prefix,
+                                                                                  family=args.family)
     if args.json:
         print(json.dumps([asdict(t) for t in found], indent=2))
     else:

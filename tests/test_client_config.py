@@ -371,7 +371,7 @@ def test_the_transactions_cli_takes_x_settings_and_a_command_config(tmp_path, mo
     path.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
                     f"sasl.jaas.config={PLAIN} required username=\"u\" password=\"p\";\n")
     seen = []
-    monkeypatch.setattr(sink, "list_transactions", lambda conf, prefix: seen.append(dict(conf)) or [])
+    monkeypatch.setattr(sink, "list_transactions", lambda conf, prefix, family=None: seen.append(dict(conf)) or [])
     assert cli.main(["transactions", "list", "--bootstrap", "h:1", "--prefix", "etl", "--command-config",
                      str(path), "-X", "client.id=ops", "-X", "socket.timeout.ms=5000"]) == 0
     assert seen == [{"bootstrap.servers": "h:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",

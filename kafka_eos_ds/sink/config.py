@@ -74,6 +74,7 @@ class SinkConfig:
     checkpoint: str | None = None
     idempotent: bool = True
     storage: StorageOptions = StorageOptions()  # how to read the checkpoint (Hadoop's fs.* names)
+    adopt_checkpoint: bool = False  # take over a checkpoint another sink committed batches in
 
     @property
     def exactly_once(self) -> bool:
@@ -112,13 +113,17 @@ class SinkConfig:
         if group is not None and guarantee != EXACTLY_ONCE:
             raise ConfigError("Option 'sourceGroupId' commits the source's offsets inside the sink's transactions; "
                               "it needs deliveryGuarantee 'exactly_once'. Remove one of them.")
+        adopt = opts.get_bool("adoptCheckpoint", False)
+        if adopt and guarantee != EXACTLY_ONCE:
+            raise ConfigError("Option 'adoptCheckpoint' moves a checkpoint to the exactly-once sink; it needs "
+                              "deliveryGuarantee 'exactly_once'. Remove one of them.")
         checkpoint = opts.get("checkpointLocation")
         if group is not None and checkpoint is not None and not readable(checkpoint):
             raise ConfigError(f"Option 'sourceGroupId' reads each batch's end offsets from the checkpoint, but the "
                               f"checkpointLocation's scheme cannot be read from Python; the sink reads {SUPPORTED}. "
                               "Use one of those, or remove 'sourceGroupId'.")
         return cls(producer, topic, guarantee, prefix, (opts.get("commitLogTopic") or DEFAULT_TOPIC).strip(),
-                   timeout, columns, group, checkpoint, idempotent, StorageOptions.from_options(raw))
+                   timeout, columns, group, checkpoint, idempotent, StorageOptions.from_options(raw), adopt)
 
 
 def _idempotence_fits(producer: Mapping[str, str]) -> bool:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -35,7 +35,7 @@ from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
-from kafka_eos_ds.twophase.protocol import DoneMark, Participant
+from kafka_eos_ds.twophase.protocol import DONE, Decision, DoneMark, Participant
 from kafka_eos_ds.twophase.recovery import check_checkpoint
 from kafka_eos_ds.twophase.retrying import retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
@@ -105,11 +105,16 @@ class KafkaSink:
               spec: WriteSpec) -> None:
         if not self.config.exactly_once:
             return
-        # No task reported: the stream's own ids, or the ids the job's tasks used as a job.
-        fallback = WriteId(Kind.STREAM, "", -1) if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0,
-                                                                                 job=spec.job)
+        # No task reported: the stream's own ids, an app write's (the planner knows its
+        # identity: aborted as itself, so that a decision of the app is kept), or the ids
+        # the job's tasks used as a job. A write inside foreachBatch without txnAppId is not
+        # known here (its run is in the tasks' local properties): the stream's next write
+        # fences what its runs left open.
+        planned = None if spec.streaming else spec.planned()
+        fallback = WriteId(Kind.STREAM, "", -1) if spec.streaming else (
+            planned or WriteId(Kind.JOB, spec.job or "", 0, job=spec.job))
         with self._committer(write or fallback) as committer:
-            committer.abort(write, participants, fallback)
+            committer.abort(write or planned, participants, fallback)
 
     # -- steps --------------------------------------------------------------------
 
@@ -132,8 +137,10 @@ class KafkaSink:
         """Fail when the checkpoint has committed batches but the commit log has no decision
         of this query: the log was deleted or re-created (or the options naming it
         changed), and recovery would take decided batches for undecided ones and write
-        them again. And when the checkpoint plans the query's latest decided batch other
-        than it was written (:func:`~kafka_eos_ds.twophase.recovery.check_checkpoint`)."""
+        them again. A checkpoint that never had decisions (another sink wrote its batches)
+        looks the same: ``adoptCheckpoint`` says so, and it is adopted instead. And fail when
+        the checkpoint plans the query's latest decided batch other than it was written
+        (:func:`~kafka_eos_ds.twophase.recovery.check_checkpoint`)."""
         committed = self._retry(lambda: checkpoint.latest_batch("commits"), "Could not read the checkpoint")
         own = self._retry(lambda: committer.decisions.latest(write.key), "Could not read the sink's decisions")
         check_checkpoint(own, committed, lambda: self._retry(checkpoint.latest_batch, "Could not read the checkpoint"),
@@ -141,13 +148,49 @@ class KafkaSink:
                                                    "Could not read the checkpoint"))
         if committed < 0 or own is not None:
             return
+        if self.config.adopt_checkpoint:
+            self._adopt(committer, write, checkpoint, committed)
+            return
         raise TransactionError(
             f"The commit-log topic '{self.config.commit_log_topic}' (option 'commitLogTopic') holds no decision of "
             f"query {write.app} on the sink '{self.config.prefix}' (option 'transactionalIdPrefix'), but the "
-            f"checkpoint {checkpoint.location} has committed batches up to {committed}: the topic was deleted or "
-            "re-created, or one of those options changed. Nothing is written: recovery cannot tell which of the last "
-            "batch's transactions were decided. See docs/troubleshooting.md, \"The commit log lost its decisions\".",
-            retriable=False)
+            f"checkpoint {checkpoint.location} has committed batches up to {committed}. Nothing is written. If "
+            "another sink wrote them (format('kafka'), or deliveryGuarantee 'at_least_once'), set "
+            ".option('adoptCheckpoint', 'true') to go on exactly-once from the checkpoint's offsets. Otherwise the "
+            "topic was deleted or re-created, or one of those options changed, and recovery cannot tell which of "
+            "the last batch's transactions were decided. See docs/troubleshooting.md, \"The commit log lost its "
+            "decisions\".", retriable=False)
+
+    def _adopt(self, committer: TwoPhaseCommitter, write: WriteId, checkpoint: Checkpoint, committed: int) -> None:
+        """Record the checkpoint's latest committed batch done, before any task writes: the
+        next batch is then this query's first decision (docs/dev/decisions.md, "Adopting a
+        checkpoint"). Refused where the sink sees that an exactly-once writer was here: a
+        stream's decision on the prefix, or transactional ids of it that the coordinators
+        still know (format("kafka") and at_least_once open none)."""
+        cfg = self.config
+        other = self._retry(lambda: committer.decisions.latest_of(Kind.STREAM.value),
+                            "Could not read the sink's decisions")
+        if other is not None:
+            raise TransactionError(
+                f"Option 'adoptCheckpoint': query {other.query_id} decided batch {other.batch_id} with the "
+                f"'transactionalIdPrefix' '{cfg.prefix}'; a checkpoint is adopted only on a prefix no exactly-once "
+                "stream has written with. Nothing is written. Give this query a 'transactionalIdPrefix' of its own.",
+                retriable=False)
+        transactions = cast(KafkaTransactions, committer.participants)
+        known = self._retry(lambda: transactions.known_ids(write), "Could not list the sink's transactions")
+        if known:
+            raise TransactionError(
+                f"Option 'adoptCheckpoint': the transaction coordinators know {len(known)} transactional id(s) of "
+                f"'transactionalIdPrefix' '{cfg.prefix}' ({', '.join(known[:3])}), which only an exactly-once "
+                f"writer opens: the checkpoint {checkpoint.location} was written exactly-once, and the commit log "
+                "lost its decisions. Adopting it would take its last batch for undecided and write it again. "
+                "Nothing is written. See docs/troubleshooting.md, \"The commit log lost its decisions\".",
+                retriable=False)
+        log.warning("adopting checkpoint %s: its batches up to %s (written by another sink) are recorded done; "
+                    "query %s writes exactly once from batch %s on", checkpoint.location, committed, write.app,
+                    committed + 1)
+        adopted = Decision(write.app, committed, DONE)
+        self._retry(lambda: committer.decisions.write(write.key, adopted), "Could not record the adopted checkpoint")
 
     @contextlib.contextmanager
     def _committer(self, write: WriteId, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
@@ -235,6 +278,9 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
     if sink.config.source_group_id is not None:
         raise ConfigError("Option 'sourceGroupId' applies to streaming queries (it commits each micro-batch's "
                           "source offsets); remove it for df.write.")
+    if sink.config.adopt_checkpoint:
+        raise ConfigError("Option 'adoptCheckpoint' applies to streaming queries (it takes over a query's "
+                          "checkpoint); remove it for df.write.")
     return TwoPhaseBatchWriter(sink, options)
 
 

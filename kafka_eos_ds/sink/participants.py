@@ -173,6 +173,14 @@ class KafkaTransactions:
         return [tid for tid, _pid, state in listed
                 if state == TxnStatus.ONGOING and transactional_ids.in_families(self.prefix, tid, families)]
 
+    def known_ids(self, write: WriteId) -> list[str]:
+        """Ids of ``write``'s families the coordinators know in any state (they keep an id
+        for the broker's ``transactional.id.expiration.ms`` after its last transaction)."""
+        families = write.families
+        listed = self.coordinator.list_transactions(transactional_ids.pattern(self.prefix, families),
+                                                    open_only=False)
+        return [tid for tid, _pid, _state in listed if transactional_ids.in_families(self.prefix, tid, families)]
+
     def lost_message(self, participants: Sequence[Participant]) -> str:
         return ("Usually the broker's timeout aborted them: the sink option 'kafka.transaction.timeout.ms' (now "
                 f"{self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms') must cover a "

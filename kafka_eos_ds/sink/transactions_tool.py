@@ -40,17 +40,22 @@ class SinkTransaction:
         return self.state in OPEN_STATES
 
 
-def list_transactions(conf: Mapping[str, Any], prefix: str, open_only: bool = False) -> list[SinkTransaction]:
-    """Every transactional id of the sink ``prefix`` the coordinators know (or only open ones)."""
+def list_transactions(conf: Mapping[str, Any], prefix: str, open_only: bool = False,
+                      family: str | None = None) -> list[SinkTransaction]:
+    """Every transactional id of the sink ``prefix`` the coordinators know (or only open
+    ones; ``family``: only that family's)."""
     with TransactionCoordinator(conf) as coordinator:
-        return _list(coordinator, prefix, open_only)
+        return _list(coordinator, prefix, open_only, family)
 
 
 def abort_transactions(conf: Mapping[str, Any], prefix: str,
-                       transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> list[SinkTransaction]:
-    """Abort every open transaction of the sink ``prefix``; return what was aborted."""
+                       transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+                       family: str | None = None) -> list[SinkTransaction]:
+    """Abort every open transaction of the sink ``prefix`` (``family``: of that family
+    only, e.g. a crashed batch job's, while a stream runs on the prefix); return what was
+    aborted."""
     with TransactionCoordinator(conf) as coordinator:
-        found = _list(coordinator, prefix, open_only=True)
+        found = _list(coordinator, prefix, open_only=True, family=family)
         for txn in found:
             coordinator.fence(txn.transactional_id, transaction_timeout_ms)
         return found
@@ -94,11 +99,13 @@ def finish_decided(conf: Mapping[str, Any], prefix: str, commit_log_topic: str =
     return out
 
 
-def _list(coordinator: TransactionCoordinator, prefix: str, open_only: bool) -> list[SinkTransaction]:
+def _list(coordinator: TransactionCoordinator, prefix: str, open_only: bool,
+          family: str | None = None) -> list[SinkTransaction]:
+    pattern = transactional_ids.any_family(prefix) if family is None else transactional_ids.pattern(prefix, family)
     out = []
-    for tid, _pid, _state in coordinator.list_transactions(transactional_ids.any_family(prefix), open_only=open_only):
+    for tid, _pid, _state in coordinator.list_transactions(pattern, open_only=open_only):
         parsed = transactional_ids.parse(prefix, tid)
-        if parsed is None:
+        if parsed is None or (family is not None and not transactional_ids.in_families(prefix, tid, family)):
             continue
         desc = coordinator.describe(tid)
         if desc is None:
