@@ -11,6 +11,14 @@ fell behind (presumed dead, then resumed) cannot put a stale decision over a new
 its number is taken, so its write fails. This is the file sink's counterpart of the
 Kafka sink's fenced decision writer. The latest two numbers are kept.
 
+The guard holds however far behind a driver is, though older numbers are pruned: a
+write lists the directory after its put, and a write whose number is not the highest
+there is refused (its file dropped again). Pruning never deletes the highest number, so
+a number found free only because it was pruned always has a higher one beside it; a
+write that finds none above its own created a number never used before, which every
+later write must have read first (docs/dev/decisions.md, "The file decision log's
+guard, at any lag").
+
 Keeping the decisions beside the files, rather than in a Kafka topic, keeps a table whole
 in its own directory: copying or moving it moves its commit history, and a new query
 reads where the table ends from the table itself (:mod:`.resume`).
@@ -68,11 +76,16 @@ class FileDecisionLog:
         try:
             self.store.put(str(directory / _name(number)), data, new=True)
         except FileExistsError:
-            raise TransactionError(
-                f"Another driver of this writer recorded a decision in '{directory}' since this one read it; "
-                "this driver fell behind and stops (nothing it decided is recorded).", retriable=False) from None
+            raise _fell_behind(directory) from None
+        names = self.store.list_names(str(directory))
+        if max(_numbers(names)) > number:
+            # The number was free only because it had been pruned: newer decisions exist,
+            # and this one would be a stale record below them (module docstring). Dropped
+            # again; readers, who read the highest number, never took it for the latest.
+            self.store.delete(str(directory / _name(number)))
+            raise _fell_behind(directory)
         self._seen[key] = number
-        for old in self.store.list_names(str(directory)):
+        for old in names:
             stem, _, suffix = old.partition(".")
             if suffix == "json" and stem.isdigit() and int(stem) < number - 1:
                 self.store.delete(str(directory / old))
@@ -93,8 +106,7 @@ class FileDecisionLog:
 
     def _newest(self, directory: PurePath) -> tuple[int, Decision | None]:
         """The highest number in ``directory`` and its decision (0 and None when there is none)."""
-        numbers = [int(stem) for stem, _, suffix in (n.partition(".") for n in self.store.list_names(str(directory)))
-                   if suffix == "json" and stem.isdigit()]
+        numbers = _numbers(self.store.list_names(str(directory)))
         if not numbers:
             return 0, None
         number = max(numbers)
@@ -103,3 +115,13 @@ class FileDecisionLog:
 
 def _name(number: int) -> str:
     return f"{number:012d}.json"
+
+
+def _numbers(names: list[str]) -> list[int]:
+    return [int(stem) for stem, _, suffix in (n.partition(".") for n in names) if suffix == "json" and stem.isdigit()]
+
+
+def _fell_behind(directory: PurePath) -> TransactionError:
+    return TransactionError(
+        f"Another driver of this writer recorded a decision in '{directory}' since this one read it; "
+        "this driver fell behind and stops (nothing it decided is recorded).", retriable=False)
