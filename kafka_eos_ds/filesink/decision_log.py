@@ -17,7 +17,8 @@ there is refused (its file dropped again). Pruning never deletes the highest num
 a number found free only because it was pruned always has a higher one beside it; a
 write that finds none above its own created a number never used before, which every
 later write must have read first (docs/dev/decisions.md, "The file decision log's
-guard, at any lag").
+guard, at any lag"). Each record carries a mark of the step that wrote it, so a put
+retried after its answer was lost (it took effect) finds its own record and succeeds.
 
 Keeping the decisions beside the files, rather than in a Kafka topic, keeps a table whole
 in its own directory: copying or moving it moves its commit history, and a new query
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import PurePath
 
 from kafka_eos_ds.errors import TransactionError
@@ -44,6 +46,9 @@ class FileDecisionLog:
         self.layout = layout
         self.store: Store = store or LocalStore()
         self._seen: dict[str, int] = {}  # the number this step last read or wrote, per writer
+        # Marks this step's records, so that a record found at the number it wrote is known
+        # for its own (a retry after a lost answer), never for another driver's same decision.
+        self._step = uuid.uuid4().hex
 
     def latest(self, key: str) -> Decision | None:
         number, decision = self._newest(self.layout.decisions(key))
@@ -72,11 +77,14 @@ class FileDecisionLog:
     def write(self, key: str, decision: Decision) -> None:
         directory = self.layout.decisions(key)
         number = self._seen[key] + 1 if key in self._seen else self._newest(directory)[0] + 1
-        data = json.dumps({"key": key, **decision.to_json()}, sort_keys=True).encode("utf-8")
+        data = json.dumps({"key": key, "step": self._step, **decision.to_json()}, sort_keys=True).encode("utf-8")
+        path = str(directory / _name(number))
         try:
-            self.store.put(str(directory / _name(number)), data, new=True)
+            self.store.put(path, data, new=True)
         except FileExistsError:
-            raise _fell_behind(directory) from None
+            # This step's own put, retried after its answer was lost, finds its record there.
+            if self._read(path) != data:
+                raise _fell_behind(directory) from None
         names = self.store.list_names(str(directory))
         if max(_numbers(names)) > number:
             # The number was free only because it had been pruned: newer decisions exist,
@@ -89,6 +97,12 @@ class FileDecisionLog:
             stem, _, suffix = old.partition(".")
             if suffix == "json" and stem.isdigit() and int(stem) < number - 1:
                 self.store.delete(str(directory / old))
+
+    def _read(self, path: str) -> bytes | None:
+        try:
+            return self.store.read_text(path).encode("utf-8")
+        except FileNotFoundError:  # pruned meanwhile: not this step's either way
+            return None
 
     def forget(self, key: str) -> None:
         """Drop the writer's decisions and its staging directory once its files are gone (a
