@@ -276,4 +276,5 @@ def newest_file_decision(writer: Path) -> Decision | None:
         return None
     if not numbered:
         return None
-    return Decision.from_json(json.loads(max(numbered, key=lambda p: int(p.stem)).read_text()))
+    record = json.loads(max(numbered, key=lambda p: int(p.stem)).read_text())
+    return Decision.from_json(record) if "state" in record else None  # a claim made before any decision
