@@ -247,3 +247,25 @@ def test_on_s3_a_zombie_never_aborts_uploads_a_newer_driver_decided(tmp_path):
     live = UploadParticipants(layout, bucket, live_log)  # type: ignore[arg-type]
     live.fence(str(task))
     assert bucket.open == []
+
+
+def test_a_driver_alone_claims_nothing_and_each_write_takes_the_number_after_its_planners(tmp_path):
+    """Steady state: nothing staged is left to delete, so no claim; each write's decision
+    and done record are the two numbers after the one its planner read."""
+    from kafka_eos_ds.filesink.config import FileSinkConfig
+    from kafka_eos_ds.filesink.file_sink import FileSink
+    from kafka_eos_ds.twophase.identity import WriteSpec
+    from kafka_eos_ds.twophase.writers import Task
+
+    layout = Layout(tmp_path)
+    for version in range(3):
+        sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path)}), None)
+        spec = WriteSpec.for_batch({"txnAppId": "etl", "txnVersion": str(version)}.get, f"job-{version}")
+        app = spec.planned()
+        mark = sink.prepare(spec)
+        assert sink.read == 2 * version
+        msg = sink.write(Task(app, 0, 0), mark, iter([pa.RecordBatch.from_pydict({"id": [version]})]))
+        sink.commit(app, [msg.participant()])
+    assert FileDecisionLog(layout).latest(app.key).state == DONE
+    assert sorted(p.name for p in layout.decisions(app.key).iterdir()) == ["000000000005.json", "000000000006.json"]
+    assert len(_finals(tmp_path)) == 3
