@@ -381,16 +381,20 @@ def test_a_finished_job_leaves_no_staging_directory_behind(tmp_path):
 
 def test_a_driver_that_fell_behind_cannot_record_a_stale_decision(tmp_path):
     """A driver reads the decisions, stalls, and comes back after another driver of the
-    writer recorded a newer one: its write must fail, never replace the newer decision."""
+    writer recorded newer ones: its write must fail, never replace the newer decision —
+    however far behind it is (the numbers it would reuse are pruned by then)."""
     layout = Layout(tmp_path)
     stale, live = FileDecisionLog(layout), FileDecisionLog(layout)
     log_first = FileDecisionLog(layout)
     log_first.write("q:query", Decision("query", 4, DONE))
     assert stale.latest("q:query").batch_id == 4 and live.latest("q:query").batch_id == 4
-    live.write("q:query", Decision("query", 5, DECIDED))
+    for batch in (5, 6):
+        live.write("q:query", Decision("query", batch, DECIDED))
+        live.write("q:query", Decision("query", batch, DONE))
     with pytest.raises(TransactionError, match="fell behind"):
-        stale.write("q:query", Decision("query", 4, DONE))
-    assert FileDecisionLog(layout).latest("q:query").batch_id == 5
+        stale.write("q:query", Decision("query", 5, DECIDED))
+    newest = FileDecisionLog(layout).latest("q:query")
+    assert (newest.batch_id, newest.state) == (6, DONE)
 
 
 def test_a_rename_done_meanwhile_by_another_driver_is_committed(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.layout import writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
 from kafka_eos_ds.filesink.publishing import prepare_table, publisher
@@ -50,6 +51,9 @@ class FileSink:
     def __init__(self, config: FileSinkConfig, schema: StructType) -> None:
         self.config = config
         self.schema = schema
+        # The writer's decision number the planner's recovery ended at: the tasks hand it
+        # to the commit, whose decision must come right after it (FileDecisionLog).
+        self.read: int | None = None
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
         check_writable(self.config.layout, self.config.store())
@@ -63,18 +67,30 @@ class FileSink:
                 # Without the query's id its staging cannot be found: its tasks then write
                 # under new names (a re-run of a decided batch is still caught at commit).
                 return DoneMark()
-            committer = self._committer()
-            if committer.decisions.latest(f"{Kind.STREAM.value}:{query}") is None:
+            decisions = FileDecisionLog(self.config.layout, self.config.store())
+            committer = self._committer(decisions)
+            if decisions.latest(f"{Kind.STREAM.value}:{query}") is None:
                 self._finish_other_streams(committer, query)
-            return committer.recover(WriteId(Kind.STREAM, query, -1))
+            return self._recover(decisions, WriteId(Kind.STREAM, query, -1))
         planned = spec.planned()
-        return self._committer().recover(planned) if planned is not None else DoneMark()
+        return self._recover(FileDecisionLog(self.config.layout, self.config.store()), planned) \
+            if planned is not None else DoneMark()
+
+    def _recover(self, decisions: FileDecisionLog, write: WriteId) -> DoneMark:
+        mark = self._committer(decisions).recover(write)
+        self.read = decisions.number(write.key)
+        return mark
 
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
-        return write_files(self.config, task, mark, items, self.schema)
+        return write_files(self.config, task, mark, items, self.schema, self.read)
 
     def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
-        progress, committer, first = None, self._committer(), False
+        # Every task of one write was planned by one planner; the lowest number is the
+        # safe one should they ever differ.
+        read = min((p.handle["read"] for p in participants if p is not None and "read" in p.handle), default=None)
+        pinned = {writer_dir(write.key): int(read)} if read is not None else {}
+        committer = self._committer(FileDecisionLog(self.config.layout, self.config.store(), pinned))
+        progress, first = None, False
         if write.kind is Kind.STREAM:
             progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
             first = takes_over(committer, write.key)
@@ -87,19 +103,22 @@ class FileSink:
         fallback = None if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
         self._committer().abort(write, participants, fallback)
 
-    def _committer(self) -> TwoPhaseCommitter:
+    def _committer(self, decisions: FileDecisionLog | None = None) -> TwoPhaseCommitter:
+        """One driver step's committer; its decision log (one per step) also guards every
+        deletion of a staged file (FileDecisionLog.claim)."""
         layout, store = self.config.layout, self.config.store()
+        decisions = decisions or FileDecisionLog(layout, store)
         participants: Participants
         if store.renames:
-            participants = FileParticipants(layout, cast(RenameStore, store))
+            participants = FileParticipants(layout, cast(RenameStore, store), decisions)
         else:
             from kafka_eos_ds.filesink.uploads import UploadParticipants
 
-            participants = UploadParticipants(layout, cast("S3Store", store))
+            participants = UploadParticipants(layout, cast("S3Store", store), decisions)
         # A short grace sweep is enough for tasks still closing their files when a write
         # is aborted. Streams stage apart (their own writer directory): several may write
         # one directory.
-        return TwoPhaseCommitter(FileDecisionLog(layout, store), participants,
+        return TwoPhaseCommitter(decisions, participants,
                                  commit_timeout_s=self.config.commit_timeout_s, abort_grace_s=1.0,
                                  streams_share_ids=False, publish=publisher(self.config),
                                  progress_store=RecordedProgress())

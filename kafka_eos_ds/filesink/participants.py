@@ -12,6 +12,10 @@ id as a live attempt, but never its files. The commit message names the exact pe
 files, so a commit renames only what its participant pre-committed: "my pending file gone
 and the final file there" means committed by an earlier commit, and a pending file of the
 same id found on a re-commit is a zombie's stray, deleted.
+
+A fence deletes exactly the files it listed, under a claim of the writer's decision log
+made after listing them (:meth:`.decision_log.FileDecisionLog.claim`): a driver that fell
+behind stops there instead of deleting what a newer driver decided.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.handles import StagedFile, files_of
 from kafka_eos_ds.filesink.layout import IN_PROGRESS, PENDING, FileId, Layout, writer_dir
 from kafka_eos_ds.storage import RenameStore
@@ -30,9 +35,11 @@ from kafka_eos_ds.twophase.protocol import Outcome, Participant
 class FileParticipants:
     """Commits, fences and lists the staged files of one sink directory."""
 
-    def __init__(self, layout: Layout, store: RenameStore | None = None) -> None:
+    def __init__(self, layout: Layout, store: RenameStore | None = None,
+                 decisions: FileDecisionLog | None = None) -> None:
         self.layout = layout
         self.store: RenameStore = store or LocalStore()
+        self.decisions = decisions  # whose claims guard every deletion (:meth:`fence`)
 
     def commit(self, participant: Participant) -> Outcome:
         outcomes = [self._commit_file(participant, f) for f in files_of(participant.handle)]
@@ -78,13 +85,20 @@ class FileParticipants:
         fid = FileId.parse(participant_id)
         if fid is None:
             return
-        for sub in (IN_PROGRESS, PENDING):
-            directory = self.layout.writer(fid.writer) / sub
-            for name in self.store.list_names(str(directory)):
-                # A writer still appending to a deleted in-progress file fails at its
-                # rename to pending: a zombie can never pre-commit after this.
-                if FileId.parse(f"{fid.writer}/{name}") == fid:
-                    self.store.delete(str(directory / name))
+        # Exactly the files listed here, and only under a claim made after listing them:
+        # a driver that fell behind never deletes what a newer one decided
+        # (FileDecisionLog.claim).
+        found = [self.layout.writer(fid.writer) / sub / name for sub in (IN_PROGRESS, PENDING)
+                 for name in self.store.list_names(str(self.layout.writer(fid.writer) / sub))
+                 if FileId.parse(f"{fid.writer}/{name}") == fid]
+        if not found:
+            return
+        if self.decisions is not None:
+            self.decisions.claim(fid.writer, self.decisions.observed(fid.writer))
+        for path in found:
+            # A writer still appending to a deleted in-progress file fails at its rename
+            # to pending: a zombie can never pre-commit after this.
+            self.store.delete(str(path))
 
     def superseded(self, participant: Participant) -> Sequence[str]:
         fid = FileId.parse(participant.id) if participant.id else None

@@ -53,15 +53,20 @@ class FileCommitMessage(WriterCommitMessage):
     pending: str = ""  # relative to the sink directory
     final: str = ""
     files: tuple[dict[str, Any], ...] = ()
+    read: int | None = None  # the writer's decision number its planner read (FileDecisionLog)
 
     def participant(self) -> Participant:
-        handle = {"files": list(self.files)} if self.files else {"pending": self.pending, "final": self.final}
+        handle: dict[str, Any] = {"files": list(self.files)} if self.files else {"pending": self.pending,
+                                                                                   "final": self.final}
+        if self.read is not None:
+            handle["read"] = self.read
         return Participant(self.file_id, self.partition, self.attempt, self.records, handle)
 
 
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
-                schema: Any) -> FileCommitMessage:
-    """One task: its rows in one file per partition, pre-committed; the message for the driver."""
+                schema: Any, read: int | None = None) -> FileCommitMessage:
+    """One task: its rows in one file per partition, pre-committed; the message for the
+    driver. ``read``: the writer's decision number the planner read, passed on to the commit."""
     store = config.store()
     fid = FileId.of(task.write, task.partition, task.attempt)
     # On S3 every attempt of a task uploads to the same keys: the id is the task's (:mod:`.layout`).
@@ -75,9 +80,10 @@ def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Itera
         return empty
     handle = handle_of(files.staged())
     if "files" in handle:
-        return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, files=tuple(handle["files"]))
+        return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, files=tuple(handle["files"]),
+                                 read=read)
     return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, handle["pending"],
-                             handle["final"])
+                             handle["final"], read=read)
 
 
 class TaskFiles:

@@ -12,8 +12,9 @@ filled by the task, completed by the driver (Flink's S3 writer works the same wa
   SeaweedFS): on the first two the object itself is looked at; it is this upload's if it
   carries the tag, else another file took the name and the commit refuses to replace it.
   No object and no upload: the upload was aborted (lost).
-* **Fence**: ``AbortMultipartUpload``; a zombie still sending parts then gets
-  ``NoSuchUpload`` and can never pre-commit.
+* **Fence**: ``AbortMultipartUpload`` of exactly the uploads listed, under a claim of the
+  decision log made after the listing (:meth:`.decision_log.FileDecisionLog.claim`); a
+  zombie still sending parts then gets ``NoSuchUpload`` and can never pre-commit.
 * **Open ids**: ``ListMultipartUploads`` under the table, the writer's own told by the
   final name (:mod:`.layout`); an upload is known by its task, so every attempt of a task
   is fenced together, never the one of a decided task (recovery keeps the decided ids).
@@ -27,6 +28,7 @@ import uuid
 from typing import Any, Sequence
 
 from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.encoding import FileEncoder
 from kafka_eos_ds.filesink.handles import StagedFile, files_of
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
@@ -40,10 +42,12 @@ TAG = "kafka-eos-file"
 class UploadParticipants:
     """Completes, aborts and lists the multipart uploads of one table on S3."""
 
-    def __init__(self, layout: Layout, store: S3Store) -> None:
+    def __init__(self, layout: Layout, store: S3Store, decisions: FileDecisionLog | None = None) -> None:
         self.layout = layout
         self.store = store
+        self.decisions = decisions  # whose claims guard every abort (:meth:`fence`)
         self._listed: dict[FileId, list[tuple[str, str]]] | None = None
+        self._tickets: dict[str, int] = {}  # per writer: the claim ticket of the last listing
         self._lock = threading.Lock()
 
     def commit(self, participant: Participant) -> Outcome:
@@ -81,7 +85,12 @@ class UploadParticipants:
             return
         task = fid.of_task()
         listed = self._listed if self._listed is not None and task in self._listed else self._list()
-        for key, upload in listed.get(task, ()):
+        uploads = listed.get(task, ())
+        if uploads and self.decisions is not None:
+            # Exactly the uploads listed, under a claim made after listing them: a driver
+            # that fell behind never aborts what a newer one decided (FileDecisionLog.claim).
+            self.decisions.claim(fid.writer, self._tickets[fid.writer])
+        for key, upload in uploads:
             self.store.abort(key, upload)
 
     def superseded(self, participant: Participant) -> Sequence[str]:
@@ -113,8 +122,9 @@ class UploadParticipants:
             fid = FileId.of_upload(posixpath.basename(key))
             if fid is not None:
                 found.setdefault(fid, []).append((key, upload))
+        tickets = {fid.writer: self.decisions.observed(fid.writer) for fid in found} if self.decisions else {}
         with self._lock:
-            self._listed = found
+            self._listed, self._tickets = found, tickets
         return found
 
 

@@ -44,7 +44,10 @@ class LocalStore:
         fsync_dir(directory)
 
     def delete(self, path: str) -> None:
-        Path(path).unlink(missing_ok=True)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass  # gone already
         if os.path.isdir(os.path.dirname(path)):
             fsync_dir(os.path.dirname(path))
 

@@ -28,6 +28,8 @@ from tests.simulation.directed_writes import (
     app_retry_after_decision,
     concurrent_batch_jobs,
     file_zombie_decision,
+    file_zombie_driver_recovery,
+    file_zombie_driver_sweep,
     file_zombie_rename,
     finish_jobs_forget,
     foreach_batch,
@@ -87,6 +89,13 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "file-zombie-rename": (file_zombie_rename, set(),
             "fixed: a zombie driver's commit rename failed with a raw FileNotFoundError (a rename done meanwhile "
             "is a commit)"),
+    "file-zombie-driver-recovery": (file_zombie_driver_recovery, set(),
+            "fixed: a file-sink driver that read the decisions, stalled and came back deleted (recovery) the pending "
+            "files of a batch a newer driver decided meanwhile (a fence now deletes only under a claim of the "
+            "decision log made after its listing)"),
+    "file-zombie-driver-sweep": (file_zombie_driver_sweep, set(),
+            "fixed: a file-sink driver that stalled after committing batch 0 came back and swept the pending files "
+            "of batch 1, which a newer driver had decided meanwhile"),
     "first-lost-rest-committed": (first_lost_rest_committed, set(),
                                   "fixed: a batch whose first transaction (with its progress) the broker aborted "
                                   "after the decision had its other transactions committed; a new query after a "

@@ -161,6 +161,38 @@ def file_zombie_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenar
                     lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
 
 
+def _file_query(w: World, oracle: Oracle, script: list) -> tuple:
+    w.plan.script = script
+    sink = FileSink(w.root / "out")
+    q = query(w, oracle, sink, [2, 2], 1)
+
+    def decided(batch: int) -> bool:
+        d = newest_file_decision(sink.path / "_kafka_eos" / writer_dir(f"q:{q.query_id}"))
+        return d is not None and d.batch_id == batch and d.state.value == "decided"
+
+    resume_when(w, "q.r0", lambda: decided(1))
+    return sink, q
+
+
+def file_zombie_driver_recovery(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """File sink: the first driver stalls in batch 1's recovery after reading the latest
+    decision (batch 0 done), before listing and deleting the writer's staged files; it is
+    replaced, and comes back the moment the new driver's decision of batch 1 is durable."""
+    sink, q = _file_query(w, oracle, [Fault("q.r0", "fault:driver-after-reading-decision", 2, STALL, 1_000_000)])
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q),
+                    lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
+def file_zombie_driver_sweep(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """File sink: the first driver stalls after committing batch 0's files, before its
+    post-commit sweep; it is replaced; it comes back the moment the new driver's decision
+    of batch 1 is durable, and sweeps the writer's staged files: batch 1's."""
+    sink, q = _file_query(w, oracle, [Fault("q.r0", "fault:driver-after-all-commits", 1, STALL, 1_000_000)])
+    q.delays = (0.5,)
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q),
+                    lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
 def app_retry_after_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
     """A df.write with txnAppId/txnVersion dies after committing the first of its two
     transactions (its decision is durable); its user runs it again with the same options,

@@ -54,7 +54,8 @@ def run_one(shape: str, seed: int, script: list | None = None, *, rate: float = 
         w = World(seed, plan, Path(tmp), max_steps=max_steps)
         oracle = Oracle(w)
         scenario = ALL_SHAPES[shape](w, oracle, random.Random(seed))
-        with seams.installed(w, on_rename=scenario.on_rename):
+        with seams.installed(w, on_rename=scenario.on_rename, on_created=oracle.file_decision_created,
+                             on_unlink=oracle.file_deleted):
             main = w.sched.run(scenario.main)
             if main.error is not None and not isinstance(main.error, Crash):
                 unexpected(oracle, "the scenario", main.error)

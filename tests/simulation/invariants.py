@@ -29,16 +29,24 @@ The rules, from the sink's guarantee (DESIGN.md section 2) and its protocol:
 * ``unexpected-error``: the product raised something outside its exception tree.
 * ``unnamed-conflict``: two streams on one prefix: the loud stop names both queries.
 * ``stuck``: a query failed retriably on every restart after the faults stopped.
+* ``decided-file-deleted``: the file sink never deletes a staged file that a durable
+  decision names (one that was its writer's newest record when created) before that file
+  is final, unless the batch was recorded abandoned.
+* ``file-lost``: the file sink's pending files do not time out, so a
+  ``TransactionLostError`` from it means the protocol deleted decided files, unless a
+  test deleted staged files on purpose (``files_deleted_on_purpose``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from kafka_eos_ds.filesink.handles import files_of
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase.protocol import ABANDONED, Decision
 from tests.simulation.world import World
@@ -77,6 +85,10 @@ class Oracle:
         self.claims: list[tuple[str, int, set[str]]] = []  # TransactionLostErrors: (query, batch, ids)
         self.unknown: set[tuple[str, int]] = set()          # batches recovery said it cannot tell
         self.excused_queries: set[str] = set()  # queries stopped loudly for sharing ids: their decisions' fate
+        # The file sink: staged file -> (its final file, the decision's query and batch),
+        # for every staged file a durable decision named.
+        self.decided_files: dict[str, tuple[str, str, int]] = {}
+        self.files_deleted_on_purpose = False
         self._values: set[str] = set()
         w.cluster.coordinator.observers.append(self.on_txn)
         w.checks.append(self.check_now)
@@ -268,6 +280,49 @@ class Oracle:
                                                  f"does not name it ({decision.state.value if decision else 'none'})")
 
 
+    def file_decision_created(self, path: str) -> None:
+        """A file-sink record was just created at ``path`` (``<root>/_kafka_eos/<writer>/
+        decisions/<n>.json``): durable if it is the writer's newest (a record below a newer
+        one is refused by its writer and never read)."""
+        created = Path(path)
+        if created.parent.name != "decisions" or not created.stem.isdigit():
+            return
+        numbers = [int(p.stem) for p in created.parent.iterdir() if p.suffix == ".json" and p.stem.isdigit()]
+        if int(created.stem) != max(numbers):
+            return
+        record = json.loads(created.read_text())
+        if record.get("state") != "decided":
+            return
+        decision = Decision.from_json(record)
+        root = created.parents[3]
+        for p in decision.participants:
+            for f in files_of(p.handle):
+                if f.pending:
+                    self.decided_files[str(root / f.pending)] = (str(root / f.final), decision.query_id,
+                                                                 decision.batch_id)
+
+    def file_deleted(self, path: str) -> None:
+        """A file is about to be deleted: not a decided staged file that is not final yet."""
+        if path not in self.decided_files or not os.path.exists(path):
+            return
+        final, query, batch = self.decided_files[path]
+        if os.path.exists(final):
+            return  # committed: the second half of its move, or a re-commit's clean-up
+        newest = newest_file_decision(Path(path).parent.parent)
+        if newest is not None and newest.state == ABANDONED and (newest.query_id, newest.batch_id) == (query, batch):
+            return
+        who = self.w.sched.current.name if self.w.sched.current else "?"
+        self.fail("decided-file-deleted", f"{who} deleted {os.path.basename(path)}, which the durable decision of "
+                                          f"batch {batch} of {query} names, before it was final")
+
+    def check_file_lost(self) -> None:
+        """A TransactionLostError of the file sink (its pending files do not time out)."""
+        if self.claims and not self.files_deleted_on_purpose:
+            query, batch, ids = self.claims[0]
+            self.fail("file-lost", f"the file sink said batch {batch} of {query} was lost ({sorted(ids)}): its "
+                                   "decided files were deleted before their commit")
+
+
 def newest_file_decision(writer: Path) -> Decision | None:
     """A file-sink writer's newest decision (its highest-numbered ``decisions/<n>.json``)."""
     try:
@@ -276,4 +331,5 @@ def newest_file_decision(writer: Path) -> Decision | None:
         return None
     if not numbered:
         return None
-    return Decision.from_json(json.loads(max(numbered, key=lambda p: int(p.stem)).read_text()))
+    record = json.loads(max(numbered, key=lambda p: int(p.stem)).read_text())
+    return Decision.from_json(record) if "state" in record else None  # a claim made before any decision

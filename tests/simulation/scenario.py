@@ -66,6 +66,8 @@ def check_stream(w: World, oracle: Oracle, q: StreamQuery, jobs: list[BatchJob] 
             oracle.check_atomic(job.label, job.values(), shown)
     if q.sink.kind == "kafka":
         oracle.check_decided()
+    else:
+        oracle.check_file_lost()
     if q.outcome == "stuck":
         oracle.fail("stuck", f"the query failed on each of its restarts; last errors: {q.errors[-2:]}")
     group = q.sink.extra.get("sourceGroupId") if q.sink.kind == "kafka" else None

@@ -17,7 +17,8 @@ Only module attributes are replaced (no product file is edited):
   files (``storage.local``) and of its staged files' stamps (``filesink.layout``) -> seeded;
 * the local store's ``os`` (``storage.local``, every file the file sink touches on a local
   disk) -> :class:`OsProxy` (a step at every move, where a crash can strike between a
-  pending file and its final name);
+  pending file and its final name), which also shows the oracle every decision file
+  created and every file deleted;
 * ``twophase.faults``: the product's named crash points become steps of the scheduler.
 
 When a seam changes in the product, this module and :mod:`.adapters` are what to adapt.
@@ -30,6 +31,7 @@ import importlib
 import logging
 import os
 import random
+import uuid
 from typing import Any, Callable, Iterable, Iterator
 
 from tests.simulation import adapters
@@ -84,11 +86,24 @@ class SequentialExecutor:
 
 class OsProxy:
     """The ``os`` module for the file sink: a scheduler step before each rename/replace/link,
-    and a hook that sees every rename (the invariants check final renames)."""
+    and hooks that see every rename, every decision file created, and every file deleted
+    (the invariants check final renames and deletions of decided files)."""
 
-    def __init__(self, w: World, on_rename: Callable[[str, str], None]) -> None:
+    def __init__(self, w: World, on_rename: Callable[[str, str], None],
+                 on_created: Callable[[str], None] = lambda path: None,
+                 on_unlink: Callable[[str], None] = lambda path: None) -> None:
         self._w = w
         self._on_rename = on_rename
+        self._on_created = on_created
+        self._on_unlink = on_unlink
+
+    def unlink(self, path: Any) -> None:
+        """A file deleted (a fence, a move's second half, a stale decision dropped): seen
+        before it goes, while the oracle can still tell whether it was final already."""
+        self._on_unlink(str(path))
+        os.unlink(path)
+
+    remove = unlink
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -109,6 +124,7 @@ class OsProxy:
         if os.path.basename(str(src)).endswith(".tmp"):
             self._w.sched.point("fs:link", _short(self._w, dst), DRIVER_POINT)
             os.link(src, dst)
+            self._on_created(str(dst))
             return
         self._w.sched.point("fs:rename", f"{os.path.basename(str(src))} -> {_short(self._w, dst)}", DRIVER_POINT)
         os.link(src, dst)
@@ -136,8 +152,10 @@ def _fault_hook(w: World) -> Callable[..., None]:
 
 
 @contextlib.contextmanager
-def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst: None) -> Iterator[World]:
-    """Plug ``w`` into the product for the duration of the block."""
+def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst: None,
+              on_created: Callable[[str], None] = lambda path: None,
+              on_unlink: Callable[[str], None] = lambda path: None) -> Iterator[World]:
+    """Plug ``w`` into the product for the duration of the block (the hooks: :class:`OsProxy`)."""
     from kafka_eos_ds.twophase import faults
     from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
     from kafka_eos_ds.twophase.retrying import retrying
@@ -150,6 +168,16 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
 
     class Uuid:
         uuid4 = staticmethod(w.uuid4)
+
+    class StampUuid:
+        """Seeded too, but with the count in the first 8 hex digits (a staged file's stamp):
+        a zombie's staged file and a live attempt's of the same id have different names,
+        as in the product (equal stamps hid a zombie deleting the other's file)."""
+
+        @staticmethod
+        def uuid4() -> uuid.UUID:
+            n = w.uuid4().int
+            return uuid.UUID(int=((n & 0xFFFFFFFF) << 96) | (n & ((1 << 96) - 1)))
 
     clock = VirtualTime(w)
     patches = [
@@ -166,8 +194,8 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
         ("kafka_eos_ds.kafka.coordinator", "time", clock),
         ("kafka_eos_ds.twophase.writers", "uuid", Uuid),
         ("kafka_eos_ds.storage.local", "uuid", Uuid),
-        ("kafka_eos_ds.filesink.layout", "uuid", Uuid),
-        ("kafka_eos_ds.storage.local", "os", OsProxy(w, on_rename)),
+        ("kafka_eos_ds.filesink.layout", "uuid", StampUuid),
+        ("kafka_eos_ds.storage.local", "os", OsProxy(w, on_rename, on_created, on_unlink)),
     ]
     saved = []
     for module_name, attr, new in patches:

@@ -17,7 +17,12 @@ from tests.simulation import adapters, directed
 from tests.simulation.explorer import fault_spec, parse_faults, run_one
 from tests.simulation.faults import CRASH, Fault
 from tests.simulation.shapes import KNOWN_DEFECTS, SHAPES
-from tests.simulation.twophase_plants import forgetful_log, sweepless_committer, undurable_decisions
+from tests.simulation.twophase_plants import (
+    claimless_file_fences,
+    forgetful_log,
+    sweepless_committer,
+    undurable_decisions,
+)
 
 RANDOM_SHAPES = sorted(SHAPES)
 GATE_SCHEDULES = 20
@@ -126,6 +131,12 @@ def test_a_committer_that_never_sweeps_leaves_transactions_open(monkeypatch):
     lost_task = [Fault("q.r0.b0.s0.p0.a0", "fault:task-after-precommit", 1, CRASH)]
     rules = set().union(*(run_one("stream", seed, lost_task).rules for seed in range(1, 6)))
     assert "left-open" in rules
+
+
+def test_a_file_sink_deleting_decided_files_is_seen(monkeypatch):
+    claimless_file_fences(monkeypatch)
+    rules = set().union(*(run_one("directed:file-zombie-driver-recovery", seed).rules for seed in range(1, 4)))
+    assert {"decided-file-deleted", "file-lost"} <= rules
 
 
 def test_the_adapters_stand_in_for_the_products_clients():

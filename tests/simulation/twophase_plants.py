@@ -35,3 +35,11 @@ def sweepless_committer(monkeypatch: Any) -> None:
     from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 
     monkeypatch.setattr(TwoPhaseCommitter, "_fence", lambda self, ids: None)
+
+
+def claimless_file_fences(monkeypatch: Any) -> None:
+    """The file sink's fences delete what they listed without claiming the decision log
+    first: a driver that fell behind deletes what a newer driver decided."""
+    from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+
+    monkeypatch.setattr(FileDecisionLog, "claim", lambda self, writer, ticket: None)
