@@ -265,3 +265,14 @@ def test_a_stalled_read_names_every_unfinished_partition():
     reader_ = _RangeReader(Consumer([[msg(0, 0)]]), [OffsetRange("t", 0, 0, 1), OffsetRange("t", 1, 0, 5)], settings)
     with pytest.raises(KafkaClientError, match=r"reading t-1 at offset 0 \(range ends at 5\)"):
         list(reader_.batches())
+
+
+def test_the_plan_options_are_in_the_docs_option_table():
+    from pathlib import Path
+
+    table = [line for line in (Path(__file__).resolve().parents[1] / "docs" / "source.md").read_text().splitlines()
+             if line.startswith("| `")]
+    for name in ("partitionPlan", "targetPartitions", "targetRecordsPerPartition", "minPartitions",
+                 "maxRecordsPerPartition"):
+        assert any(line.startswith(f"| `{name}` |") for line in table), name
+    assert any(line.startswith("| `partitionPlan` | `grouped`, `perKafkaPartition` |") for line in table)
