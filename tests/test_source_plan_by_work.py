@@ -276,3 +276,23 @@ def test_the_plan_options_are_in_the_docs_option_table():
                  "maxRecordsPerPartition"):
         assert any(line.startswith(f"| `{name}` |") for line in table), name
     assert any(line.startswith("| `partitionPlan` | `grouped`, `perKafkaPartition` |") for line in table)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_grouping_keeps_every_piece_once_within_the_rules(seed):
+    import random
+
+    rng = random.Random(seed)
+    pieces = [OffsetRange(rng.choice("ab"), p, o, o + rng.randint(1, 500))
+              for p in range(rng.randint(1, 40)) for o in rng.sample(range(0, 10_000, 1000), rng.randint(1, 3))]
+    pieces = sorted(set(pieces))
+    tasks, cap = rng.randint(1, 50), rng.choice([None, 600, 2000])
+    groups = group_ranges(pieces, tasks, cap)
+    assert sorted(r for g in groups for r in g) == pieces
+    assert len(groups) >= min(tasks, len(pieces))
+    assert all(len({(r.topic, r.partition) for r in g}) == len(g) for g in groups)
+    assert cap is None or all(sum(r.size for r in g) <= cap for g in groups)
+    if cap is None and len(groups) == tasks <= len({(r.topic, r.partition) for r in pieces}):
+        # Largest first into the least loaded: no group exceeds the mean by more than a piece.
+        mean = sum(r.size for r in pieces) / tasks
+        assert max(sum(r.size for r in g) for g in groups) <= mean + max(r.size for r in pieces)

@@ -215,27 +215,27 @@ def group_ranges(pieces: list[OffsetRange], tasks: int,
     per partition) nor, with ``max_records``, more offsets than that; a piece no group
     can take opens a new group. Each group's ranges are sorted; the groups are sorted by
     their first range, so the same input gives the same plan."""
-    groups: list[list[OffsetRange]] = []
-    loads: list[tuple[int, int]] = []  # heap of (offsets held, group index)
-    for _ in range(min(tasks, len(pieces))):
-        loads.append((0, len(groups)))
-        groups.append([])
+    groups: list[list[OffsetRange]] = [[] for _ in range(min(tasks, len(pieces)))]
+    held: list[set[tuple[str, int]]] = [set() for _ in groups]  # each group's Kafka partitions
+    loads = [(0, i) for i in range(len(groups))]  # a heap of (offsets held, group index)
     for piece in sorted(pieces, key=lambda r: (-r.size, r)):
-        skipped = []
-        chosen = None
+        tp = (piece.topic, piece.partition)
+        skipped, chosen = [], None
         while loads:
             load, i = heapq.heappop(loads)
-            full = max_records is not None and load > 0 and load + piece.size > max_records
-            if full or any((r.topic, r.partition) == (piece.topic, piece.partition) for r in groups[i]):
-                skipped.append((load, i))
-                continue
-            chosen = (load, i)
-            break
+            skipped.append((load, i))
+            if max_records is not None and load > 0 and load + piece.size > max_records:
+                break  # the least loaded group is full for this piece: so is every other
+            if tp not in held[i]:
+                chosen = skipped.pop()
+                break
         if chosen is None:
             chosen = (0, len(groups))
             groups.append([])
+            held.append(set())
         load, i = chosen
         groups[i].append(piece)
+        held[i].add(tp)
         heapq.heappush(loads, (load + piece.size, i))
         for entry in skipped:
             heapq.heappush(loads, entry)
