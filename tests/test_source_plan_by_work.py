@@ -28,7 +28,9 @@ def options(**opts: str) -> SourceOptions:
 
 
 def plan(sizes: dict[int, int], cores: int = 2, **opts: str) -> list[KafkaInputPartition]:
-    """The input partitions of a batch reading ``sizes[p]`` offsets of partition p of topic t."""
+    """The input partitions of a batch reading ``sizes[p]`` offsets of partition p of topic t,
+    planned grouped unless ``opts`` say otherwise."""
+    opts = {"partitionPlan": "grouped", **opts}
     end = {("t", p): n for p, n in sizes.items()}
     start = {tp: 0 for tp in end}
     planning_cores = planning.default_parallelism
@@ -45,7 +47,7 @@ def covered(parts: list[KafkaInputPartition]) -> list[OffsetRange]:
 
 # -- the plan -------------------------------------------------------------------------
 
-def test_by_default_a_batch_is_packed_into_as_many_tasks_as_the_reader_sees_cores():
+def test_a_grouped_plan_without_a_size_packs_a_batch_into_as_many_tasks_as_the_reader_sees_cores():
     parts = plan({p: 100 for p in range(64)}, cores=2)
     assert len(parts) == 2
     assert [p.size for p in parts] == [3200, 3200]
@@ -152,6 +154,15 @@ def test_the_default_task_count_is_the_cores_this_process_may_use():
 def test_plan_options_are_checked_naming_the_option(opts, message):
     with pytest.raises(ConfigError, match=message):
         options(**opts)
+
+
+@pytest.mark.parametrize("opts, plan", [
+    ({}, PartitionPlan.PER_KAFKA_PARTITION),
+    ({"partitionPlan": "grouped"}, PartitionPlan.GROUPED),
+    ({"targetRecordsPerPartition": "1000"}, PartitionPlan.GROUPED),
+])
+def test_the_builtins_plan_is_the_default_unless_a_grouped_one_is_asked_for(opts, plan):
+    assert options(**opts).partition_plan is plan
 
 
 def test_plan_options_apply_to_batch_reads_too():

@@ -177,7 +177,12 @@ class SourceOptions:
 def _partition_plan(opts: Options) -> dict[str, Any]:
     """'partitionPlan', 'targetPartitions', 'targetRecordsPerPartition' (docs/source.md,
     "How to size the plan"): one way to size a grouped plan, none for the built-in's."""
-    chosen = (opts.get("partitionPlan") or PartitionPlan.GROUPED.value).strip()
+    sizing = [name for name in ("targetPartitions", "targetRecordsPerPartition") if name in opts]
+    # The built-in's plan unless a grouped one is asked for, by name or by a size: the
+    # default cannot be the cluster's parallelism, which the planner cannot see
+    # (docs/dev/decisions.md, "The source plans by work").
+    default = PartitionPlan.GROUPED if sizing else PartitionPlan.PER_KAFKA_PARTITION
+    chosen = (opts.get("partitionPlan") or default.value).strip()
     plan = next((p for p in PartitionPlan if p.value.lower() == chosen.lower()), None)
     if plan is None:
         raise ConfigError(f"Option 'partitionPlan' must be '{PartitionPlan.GROUPED.value}' (Kafka partitions packed "
@@ -185,7 +190,6 @@ def _partition_plan(opts: Options) -> dict[str, Any]:
                           f"task per Kafka partition, as the built-in); got {chosen!r}.")
     target = opts.get_int("targetPartitions", minimum=1)
     per_task = opts.get_int("targetRecordsPerPartition", minimum=1)
-    sizing = [name for name in ("targetPartitions", "targetRecordsPerPartition") if name in opts]
     if plan is PartitionPlan.PER_KAFKA_PARTITION and sizing:
         raise ConfigError(f"Option '{sizing[0]}' sizes a grouped plan, but 'partitionPlan' is "
                           f"'{PartitionPlan.PER_KAFKA_PARTITION.value}' (one task per Kafka partition): remove one "
