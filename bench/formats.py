@@ -182,6 +182,18 @@ def _baseline_source(rev: str) -> type:
     read = module.read_partition
 
     class BaselineStreamReader(KafkaStreamReader):
+        def partitions(self, start: Any, end: Any) -> Any:
+            # Revisions before the grouped plan read one range per task, from ``range``.
+            from kafka_eos_ds.source.planning import KafkaInputPartition
+
+            singles = []
+            for part in super().partitions(start, end):
+                for r in part.ranges:
+                    single = KafkaInputPartition((r,), part.config)
+                    single.range = r  # type: ignore[attr-defined]
+                    singles.append(single)
+            return singles
+
         def read(self, partition: Any) -> Any:  # type: ignore[override]
             return read(partition)
 

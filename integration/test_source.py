@@ -394,9 +394,9 @@ def test_executor_read_of_deleted_offsets_follows_fail_on_data_loss(kafka, new_t
     conf = {"bootstrap.servers": kafka.bootstrap, "isolation.level": "read_committed"}
     planned = OffsetRange(topic, 0, 5, 25)  # planned before the deletion
     with pytest.raises(DataLossError, match=f"Offsets 5 to 20 of {topic}-0 were deleted"):
-        list(read_partition(KafkaInputPartition(planned, ReadConfig(conf, "g", poll_timeout_ms=30_000))))
+        list(read_partition(KafkaInputPartition((planned,), ReadConfig(conf, "g", poll_timeout_ms=30_000))))
     lenient = ReadConfig(conf, "g", fail_on_data_loss=False, poll_timeout_ms=30_000)
-    batches = list(read_partition(KafkaInputPartition(planned, lenient)))
+    batches = list(read_partition(KafkaInputPartition((planned,), lenient)))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(20, 25))
 
 

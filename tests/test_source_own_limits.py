@@ -47,7 +47,7 @@ def test_restart_caps_from_the_end_spark_announces():
     # range before it asks for the latest offset.
     meta = FakeMetadata({("t", 0): 1000})
     r = reader(meta, maxOffsetsPerTrigger="50")
-    assert [p.range for p in r.partitions({"t": {"0": 700}}, {"t": {"0": 700}})] == []
+    assert [p.ranges for p in r.partitions({"t": {"0": 700}}, {"t": {"0": 700}})] == []
     assert r.latestOffset() == {"t": {"0": 750}}
 
 

@@ -51,7 +51,7 @@ def read(script: list[list[Message]], start: int, until: int, batch_records: int
          include_headers: bool = False, position_after: int | None = None) -> list[Any]:
     consumer = ScriptedConsumer(script, position_after)
     config = ReadConfig(batch_records=batch_records, include_headers=include_headers, poll_timeout_ms=2_000)
-    return list(_RangeReader(consumer, OffsetRange("t", 3, start, until), config).batches())
+    return list(_RangeReader(consumer, [OffsetRange("t", 3, start, until)], config).batches())
 
 
 def rows(batches: list[Any]) -> list[dict]:
@@ -121,7 +121,7 @@ def _gc_states(consumer: ScriptedConsumer, batches: Iterator[Any]) -> list[bool]
 def test_the_collector_pauses_while_reading_and_runs_while_spark_holds_a_batch():
     assert gc.isenabled()
     consumer = ScriptedConsumer([[msg(0), msg(1)], [msg(2), msg(3)]])
-    reader = _RangeReader(consumer, OffsetRange("t", 3, 0, 4), ReadConfig(batch_records=2))
+    reader = _RangeReader(consumer, [OffsetRange("t", 3, 0, 4)], ReadConfig(batch_records=2))
     assert _gc_states(consumer, reader.batches()) == [True, True]
     assert consumer.gc_during_consume and not any(consumer.gc_during_consume)
     assert gc.isenabled()
@@ -130,14 +130,14 @@ def test_the_collector_pauses_while_reading_and_runs_while_spark_holds_a_batch()
 def test_the_collector_is_back_after_an_error_and_stays_off_if_it_was_off():
     bad = Message(topic="t", partition=3, offset=0, error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
                                                                      fatal=True))
-    reader = _RangeReader(ScriptedConsumer([[bad]]), OffsetRange("t", 3, 0, 4), ReadConfig())
+    reader = _RangeReader(ScriptedConsumer([[bad]]), [OffsetRange("t", 3, 0, 4)], ReadConfig())
     with pytest.raises(Exception, match="failed"):
         list(reader.batches())
     assert gc.isenabled()
     gc.disable()
     try:
         consumer = ScriptedConsumer([[msg(0)]])
-        assert _gc_states(consumer, _RangeReader(consumer, OffsetRange("t", 3, 0, 1), ReadConfig()).batches()) \
+        assert _gc_states(consumer, _RangeReader(consumer, [OffsetRange("t", 3, 0, 1)], ReadConfig()).batches()) \
             == [False]
         assert not gc.isenabled()
     finally:

@@ -84,7 +84,7 @@ def test_new_partitions_join_from_earliest():
     r = reader(meta)
     assert r.latestOffset({"t": {"0": 5}}, ReadAllAvailable()) == {"t": {"0": 5, "1": 8}}
     parts = r.partitions({"t": {"0": 5}}, {"t": {"0": 5, "1": 8}})
-    assert [(p.range.partition, p.range.from_offset, p.range.until_offset) for p in parts] == [(1, 3, 8)]
+    assert [(g.partition, g.from_offset, g.until_offset) for p in parts for g in p.ranges] == [(1, 3, 8)]
 
 
 def test_group_commit_follows_completed_batches_once():

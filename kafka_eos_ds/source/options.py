@@ -56,6 +56,13 @@ class SubscriptionKind(str, enum.Enum):
     ASSIGN = "assign"
 
 
+class PartitionPlan(str, enum.Enum):
+    """How a batch's offset ranges become Spark input partitions (option 'partitionPlan')."""
+
+    GROUPED = "grouped"                        # ranges packed into about targetPartitions tasks
+    PER_KAFKA_PARTITION = "perKafkaPartition"  # the built-in's plan: one task per range
+
+
 class Position(str, enum.Enum):
     """Where a range starts or ends."""
 
@@ -115,6 +122,9 @@ class SourceOptions:
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    partition_plan: PartitionPlan = PartitionPlan.GROUPED
+    target_partitions: int | None = None  # None: the cores the driver-side reader sees
+    target_records_per_partition: int | None = None
     poll_timeout_ms: int = 120_000
     arrow_batch_records: int = 10_000
 
@@ -158,9 +168,36 @@ class SourceOptions:
             max_trigger_delay_ms=delay,
             min_partitions=opts.get_int("minPartitions", minimum=1),
             max_records_per_partition=opts.get_int("maxRecordsPerPartition", minimum=1),
+            **_partition_plan(opts),
             poll_timeout_ms=opts.get_int("kafkaConsumer.pollTimeoutMs", 120_000, minimum=1) or 120_000,
             arrow_batch_records=opts.get_int("arrowBatchRecords", 10_000, minimum=1) or 10_000,
         )
+
+
+def _partition_plan(opts: Options) -> dict[str, Any]:
+    """'partitionPlan', 'targetPartitions', 'targetRecordsPerPartition' (docs/source.md,
+    "How to size the plan"): one way to size a grouped plan, none for the built-in's."""
+    sizing = [name for name in ("targetPartitions", "targetRecordsPerPartition") if name in opts]
+    # The built-in's plan unless a grouped one is asked for, by name or by a size: the
+    # default cannot be the cluster's parallelism, which the planner cannot see
+    # (docs/dev/decisions.md, "The source plans by work").
+    default = PartitionPlan.GROUPED if sizing else PartitionPlan.PER_KAFKA_PARTITION
+    chosen = (opts.get("partitionPlan") or default.value).strip()
+    plan = next((p for p in PartitionPlan if p.value.lower() == chosen.lower()), None)
+    if plan is None:
+        raise ConfigError(f"Option 'partitionPlan' must be '{PartitionPlan.GROUPED.value}' (Kafka partitions packed "
+                          f"into about 'targetPartitions' tasks) or '{PartitionPlan.PER_KAFKA_PARTITION.value}' (one "
+                          f"task per Kafka partition, as the built-in); got {chosen!r}.")
+    target = opts.get_int("targetPartitions", minimum=1)
+    per_task = opts.get_int("targetRecordsPerPartition", minimum=1)
+    if plan is PartitionPlan.PER_KAFKA_PARTITION and sizing:
+        raise ConfigError(f"Option '{sizing[0]}' sizes a grouped plan, but 'partitionPlan' is "
+                          f"'{PartitionPlan.PER_KAFKA_PARTITION.value}' (one task per Kafka partition): remove one "
+                          "of them.")
+    if len(sizing) > 1:
+        raise ConfigError("Options 'targetPartitions' and 'targetRecordsPerPartition' both size the plan (a task "
+                          "count, or offsets per task): keep one of them.")
+    return {"partition_plan": plan, "target_partitions": target, "target_records_per_partition": per_task}
 
 
 def _client_conf(opts: Options) -> dict[str, str]:

@@ -1,16 +1,26 @@
-"""Offset ranges -> input partitions: one ``[from, until)`` range per Kafka partition.
+"""Offset ranges -> input partitions: ``[from, until)`` ranges, grouped into Spark tasks.
 
 Pure logic (no Kafka, no Spark calls) so it is unit-tested on its own. The driver-side
 reader asks Kafka for the earliest offsets, then :func:`plan_ranges` turns the batch's
 start and end offsets into ranges, applying ``failOnDataLoss`` to partitions that
-vanished, offsets that went backwards and offsets already deleted by retention, and
-:func:`split_ranges` cuts them by ``maxRecordsPerPartition`` / ``minPartitions``.
+vanished, offsets that went backwards and offsets already deleted by retention,
+:func:`split_ranges` cuts them by ``maxRecordsPerPartition`` / ``minPartitions`` (the
+built-in's meaning), and :func:`group_ranges` packs the pieces into input partitions.
+
+Every Spark task costs a Python worker hand-over on the read side and one on the write
+side, and the exactly-once sink starts a transactional producer per task, so one task per
+Kafka partition (the built-in's plan) makes a batch's cost grow with the partition count.
+A grouped plan (the default) gives each task several ranges, read by one consumer:
+about as many tasks as the driver-side reader process can use cores
+(``targetPartitions``), or one per ``targetRecordsPerPartition`` offsets.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -19,7 +29,7 @@ from pyspark.sql.datasource import InputPartition
 from kafka_eos_ds.errors import ConfigError, DataLossError
 from kafka_eos_ds.kafka.settings import ClientParams
 from kafka_eos_ds.source.offsets import Offsets
-from kafka_eos_ds.source.options import OffsetSpec, Position
+from kafka_eos_ds.source.options import OffsetSpec, PartitionPlan, Position
 
 if TYPE_CHECKING:
     from kafka_eos_ds.source.options import SourceOptions
@@ -59,10 +69,20 @@ class ReadConfig:
 
 @dataclass
 class KafkaInputPartition(InputPartition):
-    """One Spark input partition: a range and how to read it."""
+    """One Spark input partition: its ranges (at most one per Kafka partition, sorted) and
+    how to read them."""
 
-    range: OffsetRange
+    ranges: tuple[OffsetRange, ...]
     config: ReadConfig
+
+    def __post_init__(self) -> None:
+        # One consumer reads all the ranges: it can be at one offset per Kafka partition.
+        partitions = [(r.topic, r.partition) for r in self.ranges]
+        assert len(set(partitions)) == len(partitions), f"one range per Kafka partition: {self.ranges}"
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
 
 
 def report_data_loss(message: str, fail_on_data_loss: bool, warn: Callable[[str], None] = log.warning) -> None:
@@ -159,6 +179,69 @@ def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
     return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
+def default_parallelism() -> int:
+    """The cores this process may use: the grouped plan's default task count.
+
+    The driver-side reader runs in a Python process Spark starts on the driver; it gets
+    no Spark configuration and no SparkContext (``spark.default.parallelism`` and the
+    executors' cores cannot be asked), so the best it can know is the driver host's
+    cores — Spark's ``defaultParallelism`` in ``local[*]`` mode. On a cluster, set
+    ``targetPartitions`` (docs/source.md, "How to size the plan")."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def task_count(pieces: list[OffsetRange], options: "SourceOptions") -> int:
+    """How many input partitions the pieces are packed into (before the capacity
+    ``maxRecordsPerPartition`` may add some): never fewer than ``minPartitions``, never
+    more than there are pieces."""
+    if options.partition_plan is PartitionPlan.PER_KAFKA_PARTITION:
+        return len(pieces)
+    if options.target_records_per_partition is not None:
+        wanted = math.ceil(sum(r.size for r in pieces) / options.target_records_per_partition)
+    else:
+        wanted = options.target_partitions or default_parallelism()
+    return min(len(pieces), max(wanted, options.min_partitions or 1))
+
+
+def group_ranges(pieces: list[OffsetRange], tasks: int,
+                 max_records: int | None = None) -> list[tuple[OffsetRange, ...]]:
+    """Pack ``pieces`` into about ``tasks`` groups of similar size (largest piece first,
+    into the group holding the fewest offsets).
+
+    A group never holds two pieces of one Kafka partition (its consumer reads one range
+    per partition) nor, with ``max_records``, more offsets than that; a piece no group
+    can take opens a new group. Each group's ranges are sorted; the groups are sorted by
+    their first range, so the same input gives the same plan."""
+    groups: list[list[OffsetRange]] = [[] for _ in range(min(tasks, len(pieces)))]
+    held: list[set[tuple[str, int]]] = [set() for _ in groups]  # each group's Kafka partitions
+    loads = [(0, i) for i in range(len(groups))]  # a heap of (offsets held, group index)
+    for piece in sorted(pieces, key=lambda r: (-r.size, r)):
+        tp = (piece.topic, piece.partition)
+        skipped, chosen = [], None
+        while loads:
+            load, i = heapq.heappop(loads)
+            skipped.append((load, i))
+            if max_records is not None and load > 0 and load + piece.size > max_records:
+                break  # the least loaded group is full for this piece: so is every other
+            if tp not in held[i]:
+                chosen = skipped.pop()
+                break
+        if chosen is None:
+            chosen = (0, len(groups))
+            groups.append([])
+            held.append(set())
+        load, i = chosen
+        groups[i].append(piece)
+        held[i].add(tp)
+        heapq.heappush(loads, (load + piece.size, i))
+        for entry in skipped:
+            heapq.heappush(loads, entry)
+    return sorted(tuple(sorted(g)) for g in groups if g)
+
+
 def read_config(options: "SourceOptions") -> ReadConfig:
     return ReadConfig(
         client_conf=ClientParams(options.client_conf),
@@ -172,8 +255,9 @@ def read_config(options: "SourceOptions") -> ReadConfig:
 
 def input_partitions(options: "SourceOptions", start: Offsets, end: Offsets,
                      earliest: Offsets) -> list[KafkaInputPartition]:
-    """The batch's input partitions: planned, split, each with the read settings."""
+    """The batch's input partitions: planned, split, grouped, each with the read settings."""
     ranges = plan_ranges(start, end, earliest, options.fail_on_data_loss)
-    ranges = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    pieces = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    groups = group_ranges(pieces, task_count(pieces, options), options.max_records_per_partition)
     config = read_config(options)
-    return [KafkaInputPartition(r, config) for r in ranges]
+    return [KafkaInputPartition(group, config) for group in groups]

@@ -1,11 +1,12 @@
-"""Executor side: one offset range -> Arrow record batches of bounded size.
+"""Executor side: a task's offset ranges -> Arrow record batches of bounded size.
 
-A range ends when the consumer's position reaches ``until``, never after counting
-records: under ``read_committed`` transaction markers and aborted records occupy
-offsets, so ``[from, until)`` may hold fewer records than ``until - from`` and its last
-offsets may be markers. The loop therefore stops on whichever comes first: a record at
-or beyond ``until``, the consumer position reaching ``until``, or a partition-EOF event
-at or beyond ``until``. Memory stays flat: a batch holds at most ``batch_records``
+One consumer reads all of a task's ranges (at most one per Kafka partition); each
+partition's records stay in offset order. A range ends when the consumer's position
+reaches ``until``, never after counting records: under ``read_committed`` transaction
+markers and aborted records occupy offsets, so ``[from, until)`` may hold fewer records
+than ``until - from`` and its last offsets may be markers. A range therefore stops on
+whichever comes first: a record at or beyond ``until``, the consumer position reaching
+``until``, or a partition-EOF event at or beyond ``until``. Memory stays flat: a batch holds at most ``batch_records``
 records (collected over as many ``consume()`` calls as needed and converted to Arrow
 once, without concatenation copies), on top of librdkafka's bounded prefetch queue
 (``queued.max.messages.kbytes``).
@@ -26,7 +27,7 @@ import gc
 import logging
 import time
 from itertools import chain
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka.clients import ConsumerLike
@@ -41,12 +42,12 @@ _POLL_S = 0.05  # short: the end of a range that holds only markers is seen by p
 
 
 def read_partition(part: KafkaInputPartition) -> Iterator[Any]:
-    """Yield ``pyarrow.RecordBatch`` es with the records of ``part.range``."""
-    if not isinstance(part, KafkaInputPartition) or part.range.size == 0:
+    """Yield ``pyarrow.RecordBatch`` es with the records of ``part.ranges``."""
+    if not isinstance(part, KafkaInputPartition) or part.size == 0:
         return  # Spark plans one empty placeholder partition when there is nothing to read
     consumer = _consumer(part.config)
     try:
-        yield from _RangeReader(consumer, part.range, part.config).batches()
+        yield from _RangeReader(consumer, part.ranges, part.config).batches()
     finally:
         consumer.close()
 
@@ -76,22 +77,37 @@ def _consumer(config: ReadConfig) -> ConsumerLike:
         return Consumer(conf)
 
 
+TopicPart = tuple[str, int]
+
+
 class _RangeReader:
-    def __init__(self, consumer: ConsumerLike, rng: OffsetRange, config: ReadConfig) -> None:
+    """Reads a task's ranges, at most one per Kafka partition, with one consumer.
+
+    librdkafka hands out each partition's messages in offset order; those of different
+    partitions interleave as they arrive, and keep that interleaving in the batches. A
+    partition is done when its position reaches its range's end (records, the consumer's
+    position, or a partition-EOF event at or beyond ``until``); it is then paused so the
+    consumer stops fetching it, and records of it still queued are dropped."""
+
+    def __init__(self, consumer: ConsumerLike, ranges: Sequence[OffsetRange], config: ReadConfig) -> None:
         import numpy as np
         import pyarrow as pa
 
         self.pa, self.np = pa, np
         self.consumer = consumer
-        self.range = rng
+        self.ranges = tuple(ranges)
         self.config = config
+        self.left: dict[TopicPart, OffsetRange] = {(r.topic, r.partition): r for r in self.ranges}
+        self.position: dict[TopicPart, int] = {tp: r.from_offset for tp, r in self.left.items()}
         self.schema = arrow_schema(config.include_headers)
         self.timestamp_type = self.schema.field("timestamp").type
-        self.topic_scalar = pa.scalar(rng.topic, pa.string())
-        self.partition_scalar = pa.scalar(rng.partition, pa.int32())
+        first = self.ranges[0]
+        one_topic = all(r.topic == first.topic for r in self.ranges)
+        self.topic_scalar = pa.scalar(first.topic, pa.string()) if one_topic else None
+        self.partition_scalar = pa.scalar(first.partition, pa.int32()) if len(self.ranges) == 1 else None
 
     def batches(self) -> Iterator[Any]:
-        """The range's records as Arrow batches; the GC is off except while Spark holds a batch."""
+        """The ranges' records as Arrow batches; the GC is off except while Spark holds a batch."""
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -106,89 +122,155 @@ class _RangeReader:
                 gc.enable()
 
     def _fill(self) -> Iterator[Any]:
-        from confluent_kafka import Message, TopicPartition
-
-        r = self.range
-        self.consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
-        position = r.from_offset
+        self._assign()
         pending: list[Any] = []  # messages of the next batch; one Arrow build, no concatenation
         last_progress = time.monotonic()
-        while position < r.until_offset:
+        while self.left:
             # consume() waits until it has num_messages or the timeout passes: never ask
-            # for more than the range can still hold, or the range's end costs a timeout.
-            wanted = max(1, min(self.config.batch_records - len(pending), r.until_offset - position))
+            # for more than the ranges can still hold, or their end costs a timeout.
+            room = sum(r.until_offset - self.position[tp] for tp, r in self.left.items())
+            wanted = max(1, min(self.config.batch_records - len(pending), room))
             messages = self.consumer.consume(num_messages=wanted, timeout=_POLL_S)
-            records = messages
-            if any(map(Message.error, messages)):  # rare: EOF and error events
-                records = [m for m in messages if m.error() is None]
-                for m in messages:
-                    if m.error() is not None:
-                        position = max(position, self._on_event(m, position))
-            if records:
-                if records[-1].offset() >= r.until_offset:
-                    # offset() is None only on error events, which were filtered out above.
-                    cut = bisect.bisect_left(list(map(Message.offset, records)), r.until_offset)  # type: ignore[type-var]
-                    records = records[:cut]
-                    position = r.until_offset
-                if records:
-                    position = max(position, records[-1].offset() + 1)
-                    pending.extend(records)
+            if self._take(messages, pending):
                 last_progress = time.monotonic()
-            del messages, records
-            if position < r.until_offset:
-                # Trailing markers / aborted records: the position moves past them
-                # although no record is returned.
-                current = self.consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
-                if current >= r.until_offset:
-                    position = r.until_offset
+            del messages
+            self._check_positions()
             # consume() returns what arrived within its timeout, often a few hundred
             # records; Spark pays per batch, so batches are filled up to batch_records.
-            if pending and (len(pending) >= self.config.batch_records or position >= r.until_offset):
+            if pending and (len(pending) >= self.config.batch_records or not self.left):
                 batch = self._chunk(pending)
                 pending = []  # the messages go now, before Spark gets the batch
                 yield batch
-            if time.monotonic() - last_progress > self.config.poll_timeout_ms / 1000.0:
+            if self.left and time.monotonic() - last_progress > self.config.poll_timeout_ms / 1000.0:
+                where = ", ".join(f"{t}-{p} at offset {self.position[(t, p)]} (range ends at {r.until_offset})"
+                                  for (t, p), r in sorted(self.left.items()))
                 raise KafkaClientError(
-                    f"Timed out after {self.config.poll_timeout_ms} ms reading {r.topic}-{r.partition} at offset "
-                    f"{position} (range ends at {r.until_offset}); raise kafkaConsumer.pollTimeoutMs if the "
-                    "cluster is slow.", retriable=True)
+                    f"Timed out after {self.config.poll_timeout_ms} ms reading {where}; raise "
+                    "kafkaConsumer.pollTimeoutMs if the cluster is slow.", retriable=True)
 
-    def _on_event(self, message: Any, position: int) -> int:
-        """Handle an error event; return the position it proves (or the current one)."""
-        from confluent_kafka import KafkaError, TopicPartition
+    def _assign(self) -> None:
+        """Fetch every unfinished partition from its position (replaces the assignment)."""
+        from confluent_kafka import TopicPartition
 
-        r = self.range
+        self.consumer.assign([TopicPartition(t, p, self.position[(t, p)]) for t, p in self.left])
+
+    def _take(self, messages: list[Any], pending: list[Any]) -> bool:
+        """Move the records of ``messages`` within their ranges to ``pending`` and handle
+        the events, in order; return whether any record arrived."""
+        from confluent_kafka import Message
+
+        if not messages:
+            return False
+        if self.partition_scalar is not None and not any(map(Message.error, messages)):
+            # One range and no events (the common case): one run, no per-record loop.
+            self._run((self.ranges[0].topic, self.ranges[0].partition), messages, pending)
+            return True
+        got = False
+        i, n = 0, len(messages)
+        while i < n:
+            m = messages[i]
+            if m.error() is not None:  # rare: EOF and error events
+                self._on_event(m)
+                i += 1
+                continue
+            topic, partition = m.topic(), m.partition()
+            j = i + 1
+            while j < n and messages[j].error() is None and messages[j].partition() == partition \
+                    and messages[j].topic() == topic:
+                j += 1
+            self._run((topic, partition), messages[i:j], pending)
+            got = True
+            i = j
+        return got
+
+    def _run(self, tp: TopicPart, records: list[Any], pending: list[Any]) -> None:
+        """Records of one partition, in offset order: keep those in ``[position, until)``."""
+        from confluent_kafka import Message
+
+        r = self.left.get(tp)
+        if r is None:
+            return  # a finished partition's records that were queued before it was paused
+        position = self.position[tp]
+        # offset() is None only on error events, which never reach here.
+        if records[0].offset() < position:  # delivered again after a re-assign (skipped offsets)
+            records = records[bisect.bisect_left(list(map(Message.offset, records)), position):]  # type: ignore[type-var]
+        if records and records[-1].offset() >= r.until_offset:
+            cut = bisect.bisect_left(list(map(Message.offset, records)), r.until_offset)  # type: ignore[type-var]
+            records = records[:cut]
+            position = r.until_offset
+        if records:
+            position = max(position, records[-1].offset() + 1)
+            pending.extend(records)
+        self._advance(tp, position)
+
+    def _advance(self, tp: TopicPart, position: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.position[tp] = max(self.position[tp], position)
+        if self.position[tp] >= self.left[tp].until_offset:
+            del self.left[tp]
+            if self.left:  # the others go on: stop fetching this one
+                self.consumer.pause([TopicPartition(*tp)])
+
+    def _check_positions(self) -> None:
+        """Trailing markers / aborted records: the position moves past them although no
+        record is returned."""
+        from confluent_kafka import TopicPartition
+
+        if not self.left:
+            return
+        for current in self.consumer.position([TopicPartition(t, p) for t, p in self.left]):
+            tp = (current.topic, current.partition)
+            if tp in self.left and current.offset >= self.left[tp].until_offset:
+                self._advance(tp, self.left[tp].until_offset)
+
+    def _on_event(self, message: Any) -> None:
+        """Handle an error event of one partition (or of a topic, or of the client)."""
+        from confluent_kafka import KafkaError
+
         err = message.error()
         code = err.code()
+        tp = (message.topic(), message.partition())
+        r = self.left.get(tp)
         if code == KafkaError._PARTITION_EOF:
             # The broker has nothing beyond this offset (for read_committed: the LSO).
-            return message.offset() if message.offset() >= r.until_offset else position
+            if r is not None and message.offset() >= r.until_offset:
+                self._advance(tp, r.until_offset)
+            return
         if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-            low, _high = self._watermarks()
+            if r is None:
+                return  # a finished partition
+            position = self.position[tp]
+            low, _high = self._watermarks(r)
             report_data_loss(f"Offsets {position} to {min(low, r.until_offset)} of {r.topic}-{r.partition} were "
                              f"deleted before they were read (earliest offset now {low}).",
                              self.config.fail_on_data_loss)
             if low >= r.until_offset:
-                return r.until_offset
-            self.consumer.assign([TopicPartition(r.topic, r.partition, max(low, position))])
-            return position
+                self._advance(tp, r.until_offset)
+            else:
+                self.position[tp] = max(low, position)
+                self._assign()
+            return
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
-            report_data_loss(f"Partition {r.topic}-{r.partition} disappeared while offsets {position} to "
-                             f"{r.until_offset} were being read (topic deleted?).", self.config.fail_on_data_loss)
-            return r.until_offset
+            gone = [tp] if r is not None else [k for k in self.left if message.topic() in (None, k[0])]
+            for topic, partition in gone:
+                report_data_loss(f"Partition {topic}-{partition} disappeared while offsets "
+                                 f"{self.position[(topic, partition)]} to {self.left[(topic, partition)].until_offset} "
+                                 "were being read (topic deleted?).", self.config.fail_on_data_loss)
+                self._advance((topic, partition), self.left[(topic, partition)].until_offset)
+            return
         if err.fatal() or not err.retriable():
-            raise client_error(f"reading {r.topic}-{r.partition} at offset {position} failed", err,
-                               self.config.client_conf)
-        log.warning("retriable Kafka error reading %s-%s: %s", r.topic, r.partition, err)
-        return position
+            where = f"{tp[0]}-{tp[1]} at offset {self.position[tp]}" if r is not None else \
+                ", ".join(f"{t}-{p}" for t, p in sorted(self.left))
+            raise client_error(f"reading {where} failed", err, self.config.client_conf)
+        log.warning("retriable Kafka error reading %s: %s",
+                    f"{tp[0]}-{tp[1]}" if r is not None else ", ".join(f"{t}-{p}" for t, p in sorted(self.left)), err)
 
-    def _watermarks(self) -> tuple[int, int]:
+    def _watermarks(self, r: OffsetRange) -> tuple[int, int]:
         from confluent_kafka import TopicPartition
 
-        with mapping_client_errors(f"could not read watermarks of {self.range.topic}-{self.range.partition}",
-                                   self.config.client_conf):
-            return self.consumer.get_watermark_offsets(TopicPartition(self.range.topic, self.range.partition),
-                                                       timeout=30, cached=False)
+        with mapping_client_errors(f"could not read watermarks of {r.topic}-{r.partition}", self.config.client_conf):
+            return self.consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=30, cached=False)
 
     def _chunk(self, records: list[Any]) -> Any:
         from confluent_kafka import Message
@@ -196,9 +278,14 @@ class _RangeReader:
         pa, np = self.pa, self.np
         n = len(records)
         first, last = records[0].offset(), records[-1].offset()
-        # Offsets within a partition strictly increase: when the span equals the count
-        # (no markers or aborted records in between) they are a plain range.
-        if last - first + 1 == n:
+        if self.partition_scalar is not None:
+            partitions = pa.repeat(self.partition_scalar, n)
+        else:  # several ranges: the partitions interleave
+            partitions = pa.array(np.fromiter(map(Message.partition, records), dtype=np.int32, count=n))
+        # Offsets within a partition strictly increase: when the batch is of one partition
+        # and the span equals the count (no markers or aborted records in between) they
+        # are a plain range.
+        if self.partition_scalar is not None and last - first + 1 == n:
             offsets = np.arange(first, last + 1, dtype=np.int64)
         else:
             offsets = np.fromiter(map(Message.offset, records), dtype=np.int64, count=n)
@@ -209,8 +296,9 @@ class _RangeReader:
         columns = [
             pa.array(list(map(Message.key, records)), pa.binary()),
             pa.array(list(map(Message.value, records)), pa.binary()),
-            pa.repeat(self.topic_scalar, n),
-            pa.repeat(self.partition_scalar, n),
+            pa.repeat(self.topic_scalar, n) if self.topic_scalar is not None
+            else pa.array(list(map(Message.topic, records)), pa.string()),
+            partitions,
             pa.array(offsets, pa.int64()),
             # Kafka timestamps are epoch milliseconds; Spark wants microseconds in UTC.
             pa.array(stamps[:, 1] * 1000, self.timestamp_type),

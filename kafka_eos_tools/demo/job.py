@@ -38,6 +38,9 @@ def build_query(spark, args: argparse.Namespace):
         reader = reader.option("startingOffsets", "group")
     if args.max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
+    for item in args.source_option or []:
+        key, _, value = item.partition("=")
+        reader = reader.option(key, value)
     df = reader.load()
     if args.shuffle:
         # A shuffle between source and sink: tasks of the write stage no longer map
@@ -159,6 +162,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="another Spark setting (e.g. spark.hadoop.fs.s3a.endpoint=...); credentials belong "
                              "in the environment, not here, where process listings show them")
     parser.add_argument("--sink-option", action="append", help="extra sink option key=value")
+    parser.add_argument("--source-option", action="append", help="extra source option key=value")
     parser.add_argument("--column", action="append", help="another output column (a SQL expression)")
     parser.add_argument("--resume-from-table", default=None,
                         help="start where this kafka_eos_file table ends (startingOffsetsFromTable)")

@@ -12,6 +12,11 @@ from __future__ import annotations
 import random
 from typing import Callable
 
+from tests.simulation.directed_plans import (
+    plan_grows_after_decision,
+    plan_shrinks_after_first_commit,
+    plan_shrinks_before_decision,
+)
 from tests.simulation.directed_streams import (
     abandon_before_log,
     checkpoint_lost_idle,
@@ -114,6 +119,15 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "finish-jobs-forget": (finish_jobs_forget, set(),
             "fixed: a df.write finishing another job's decision dropped it when that failed part-way (it is "
             "recorded done, or kept)"),
+    "plan-shrinks-after-first-commit": (plan_shrinks_after_first_commit, set(),
+            "the source plans fewer tasks after a crash in a commit: the recovery commits the decided ids of "
+            "task numbers the new plan no longer has"),
+    "plan-shrinks-before-decision": (plan_shrinks_before_decision, set(),
+            "the source plans fewer tasks after a crash before the decision: the leftover ids of the higher task "
+            "numbers are aborted (recovery lists the prefix's open ids, not the plan's)"),
+    "plan-grows-after-decision": (plan_grows_after_decision, set(),
+            "the source plans more tasks after a crash after the decision: the batch is finished before any new "
+            "task opens an id"),
     "foreach-file-zombie": (foreach_file_zombie, set(),
             "fixed: a zombie file-sink driver recorded its write done over a newer decision and wrote the "
             "micro-batch again"),

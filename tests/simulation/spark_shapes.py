@@ -52,6 +52,7 @@ class StreamQuery:
     label: str = ""            # the outputs' label (default: the name)
     start: list | None = None  # where the first batch starts (startingOffsets); default 0
     tasks: int | None = None   # write tasks per batch (default: drawn per driver run)
+    plans: tuple = ()          # write tasks of each driver run in turn (the source's plan); then as above
     outcome: str = "running"   # finished | loud | stuck | error
     errors: list = field(default_factory=list)
     loud: dict = field(default_factory=dict)
@@ -151,7 +152,8 @@ class StreamQuery:
 
     def driver_run(self, run: int) -> str:
         sched, ck = self.w.sched, self.checkpoint
-        n_tasks = self.tasks or sched.rng().randint(1, len(self.counts))
+        n_tasks = self.plans[run] if run < len(self.plans) else \
+            self.tasks or sched.rng().randint(1, len(self.counts))
         me = sched.current
         assert me is not None
         run_id = str(self.w.uuid4())  # StreamExecution's runId: new on every start
