@@ -19,7 +19,10 @@ Writes are transactions of one producer per writer (:func:`~.transactional_ids.d
 read with ``read_committed``. A write either committed or never becomes visible:
 :meth:`KafkaDecisionLog.fence_writers` (every driver step calls it before reading)
 fences an older producer of the same writer whose write stalled, so that write cannot
-land after the step has read the log and acted on what it read. Another writer's open
+land after the step has read the log and acted on what it read. The same fence is the
+step's token: :meth:`KafkaDecisionLog.claim` commits a record with the step's own producer,
+which fails once a newer step has run ``init_transactions`` on the writer, and the sink
+aborts transactions only after a claim succeeded (``twophase.committer``, ``_fence``). Another writer's open
 write (another sink sharing the topic) would hide every later record from a
 ``read_committed`` reader, so a read first waits for the partition's last stable offset
 to reach its high watermark: a read sees everything committed before it started.
@@ -88,6 +91,7 @@ class KafkaDecisionLog:
         self.writer = writer
         self._clients = clients or LogClients()
         self._producer: Any = None
+        self._first: Any = None  # the producer fenced when the step began: the one a claim must use
         self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
         self._partitions: int | None = None
         self._partition: int | None = None  # where this prefix's decisions are, once looked up
@@ -161,6 +165,21 @@ class KafkaDecisionLog:
             raise client_error(f"Cannot start the commit-log writer of '{self.prefix}' on '{self.topic}'", exc,
                                self._conf) from exc
         self._producer = producer
+        if self._first is None:
+            self._first = producer
+
+    def claim(self) -> None:
+        """Commit a record (a tombstone keyed ``fence:<writer>``: only its commit matters)
+        with the producer fenced when this step began. It fails if a newer step has run
+        ``init_transactions`` on the writer since, and also if this step lost that producer
+        (a write that failed; a retry starts a new one, which proves nothing about what
+        happened in between): the caller then aborts nothing."""
+        if self._producer is None or self._producer is not self._first:
+            raise KafkaClientError(
+                f"The commit-log writer of '{self.prefix}' on '{self.topic}' that this driver step started with is "
+                "gone (fenced by another driver of this sink, or a write failed): this step aborts nothing. "
+                "Restarting the query runs it again.", retriable=False)
+        self._produce(f"fence:{self.writer}", None, None)
 
     def write(self, key: str, decision: Decision) -> None:
         value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
@@ -345,7 +364,7 @@ class KafkaDecisionLog:
 
     def close(self) -> None:
         # Every write committed or aborted its transaction before returning: nothing to flush.
-        self._producer = None
+        self._producer = self._first = None
         readers, self._readers = self._readers, None
         for consumer in readers or ():
             consumer.close()

@@ -10,7 +10,8 @@ The rules, from the sink's guarantee (DESIGN.md section 2) and its protocol:
 * ``disappeared``: what a ``read_committed`` reader saw stays (checked at every step).
 * ``duplicate``: a ``read_committed`` reader never sees an output twice, during the run
   or after it.
-* ``decided-fenced``: nobody fences (InitProducerId) a transaction a durable decision names
+* ``decided-fenced``: nobody fences (InitProducerId, or EndTxn(abort) from a client) a
+  transaction a durable decision names
   (DESIGN.md: "never call it on an id whose transaction may be decided"), except to abandon
   a batch of a query whose checkpoint was lost (the decision is then marked abandoned); nor
   does a decision name a transaction a fence was already aborting (its driver checked the
@@ -104,9 +105,10 @@ class Oracle:
             return
         epoch = self._epochs.get(key, meta.epoch)
         txn = (meta.transactional_id, meta.producer_id, epoch)
-        if event == "fence" and txn not in self.committed:
-            # Every fence of an open transaction, by whom: one that a decision names (now, or
-            # later, when the decision raced the fence) ends up aborted.
+        if event in ("fence", "end-abort") and txn not in self.committed:
+            # Every fence of an open transaction (InitProducerId, or a driver's EndTxn(abort)
+            # at its exact epoch), by whom: one that a decision names (now, or later, when
+            # the decision raced the fence) ends up aborted.
             who = self.w.sched.current.name if self.w.sched.current else "?"
             self.fenced.setdefault(txn, f"{who} at step {self.w.sched.step}")
             if txn in self.decided:
