@@ -42,7 +42,7 @@ from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase.protocol import DECIDED, Decision
+from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
 WRITE_TIMEOUT_S = 60.0  # how long a decision write may take (its commit_transaction)
@@ -183,12 +183,17 @@ class KafkaDecisionLog:
 
     def write(self, key: str, decision: Decision) -> None:
         value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
-        self._produce(key, value, decision.batch_id)
+        # A batch without output stores its progress (sourceGroupId's offsets) with its done
+        # record, in this writer's transaction: a plain OffsetCommit would let a driver whose
+        # writer was fenced since (a zombie) move the group back.
+        alone = decision.progress if decision.state == DONE and not decision.participants else None
+        self._produce(key, value, decision.batch_id, alone)
 
     def forget(self, key: str) -> None:
         self._produce(key, None, None)
 
-    def _produce(self, key: str, value: bytes | None, batch: int | None) -> None:
+    def _produce(self, key: str, value: bytes | None, batch: int | None,
+                 progress: Mapping[str, Any] | None = None) -> None:
         from confluent_kafka import KafkaException
 
         partition = self._locate()
@@ -197,6 +202,8 @@ class KafkaDecisionLog:
         try:
             producer.begin_transaction()
             producer.produce(self.topic, value=value, key=self._record_key(key), partition=partition)
+            if progress is not None:
+                self._send_offsets(producer, progress)
             faults.check("decision-before-commit", batch=batch)
             producer.commit_transaction(WRITE_TIMEOUT_S)
         except KafkaException as exc:
@@ -216,6 +223,24 @@ class KafkaDecisionLog:
             # Retriable (or abortable): the outcome is settled by the next writer's init_transactions.
             self._producer = None
             raise client_error(f"Writing the commit decision to '{self.topic}' failed", exc, self._conf) from exc
+
+    def _send_offsets(self, producer: Any, progress: Mapping[str, Any]) -> None:
+        """Add ``progress``'s offsets for its group to ``producer``'s open transaction
+        (AddOffsetsToTxn + TxnOffsetCommit, without group membership, as the task
+        transactions' are)."""
+        from confluent_kafka import TopicPartition
+
+        group = str(progress["group"])
+        member = self._clients.consumer(client_config(self._conf, "commit_log", **{
+            "group.id": group, "enable.auto.commit": False}))
+        try:
+            metadata = member.consumer_group_metadata()
+        finally:
+            member.close()
+        positions = [TopicPartition(topic, int(part), int(offset))
+                     for topic, parts in sorted(progress["offsets"].items())
+                     for part, offset in sorted(parts.items(), key=lambda kv: int(kv[0]))]
+        producer.send_offsets_to_transaction(positions, metadata, WRITE_TIMEOUT_S)
 
     # -- read ---------------------------------------------------------------
 

@@ -88,11 +88,8 @@ class KafkaTransactions:
                             participant.id, pid, epoch, _shown(state))
         return outcome
 
-    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant) -> None:
         group, offsets = str(progress["group"]), progress["offsets"]
-        if participant is None:
-            self.coordinator.commit_offsets(group, offsets)
-            return
         pid, epoch = _producer(participant)
         # Only into the transaction itself: once it is past Ongoing, the offsets either
         # went with it or it is finished, and AddOffsetsToTxn would open a new one.
@@ -129,10 +126,19 @@ class KafkaTransactions:
     def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
         group, offsets = str(progress["group"]), progress["offsets"]
         held = self.coordinator.group_offsets(group)
-        if any(str(part) in held.get(topic, {}) for topic, parts in offsets.items() for part in parts):
+        # Every partition at or past the output's end: a group behind anywhere (offsets
+        # reset by hand, or moved back) would have the new query write that part again.
+        behind = {f"{topic}-{part}": held.get(topic, {}).get(str(part)) for topic, parts in offsets.items()
+                  for part, end in parts.items() if held.get(topic, {}).get(str(part), -1) < int(end)}
+        if not behind:
             return None
-        return (f"the consumer group '{group}' (option 'sourceGroupId') holds no offsets for the input, while the "
-                f"output ends at batch {{batch}}'s end offsets {dict(offsets)} "
+        if len(behind) == sum(len(parts) for parts in offsets.values()) and all(v is None for v in behind.values()):
+            holds = "holds no offsets for the input"
+        else:
+            shown = ", ".join(f"{tp}: {'none' if v is None else v}" for tp, v in sorted(behind.items()))
+            holds = f"holds offsets before them ({shown})"
+        return (f"the consumer group '{group}' (option 'sourceGroupId') {holds}, while the output ends at batch "
+                f"{{batch}}'s end offsets {dict(offsets)} "
                 "(docs/troubleshooting.md, \"A new query cannot start where the output ends\").")
 
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:

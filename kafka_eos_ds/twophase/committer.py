@@ -237,15 +237,12 @@ class TwoPhaseCommitter:
             return
         if plan.write_decision and not decision.participants:
             # Nothing to commit (every task was empty or a re-run of a decided batch):
-            # no decision to record, only earlier attempts to shut out. The progress has
-            # no output to be atomic with: it is stored on its own.
+            # no decision to record, only earlier attempts to shut out. Recorded all the
+            # same: a sink whose checkpoint has committed batches always has a decision,
+            # so a commit log that lost them is noticed (never guessed). The progress has
+            # no output to be atomic with: the record stores it, in the same write, so a
+            # driver whose writer was fenced since cannot store it (and move it back).
             self._fence(superseded)
-            if progress is not None:
-                store = self._progress_store()
-                self._retrying(lambda: store.carry(progress, None), "Could not store the batch's progress",
-                               then=_RESTART)
-            # Recorded all the same: a sink whose checkpoint has committed batches always
-            # has a decision, so a commit log that lost them is noticed (never guessed).
             self.decisions.write(write.key, decision.with_state(DONE))
             self._forget_job(write)
             return

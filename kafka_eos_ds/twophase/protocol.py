@@ -205,7 +205,11 @@ class DecisionLog(Protocol):
 
     def write(self, key: str, decision: Decision) -> None:
         """Store ``decision`` as writer ``key``'s latest, durably; returns only once a
-        restarted query would read it."""
+        restarted query would read it. A ``done`` decision without participants that
+        carries ``progress`` (a batch with no output) stores that progress in the same
+        atomic write where the sink keeps progress apart (the Kafka sink: the group's
+        offsets in the decision writer's transaction): a writer fenced since stores
+        neither."""
 
     def forget(self, key: str) -> None:
         """Drop writer ``key``'s record (a finished job: nothing will ever ask for it)."""
@@ -246,9 +250,10 @@ class Participants(Protocol):
 class ProgressStore(Protocol):
     """Optional port for sinks whose decisions carry ``progress`` (what the batch consumed)."""
 
-    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant) -> None:
         """Attach ``progress`` to ``participant`` so both commit atomically (a no-op if the
-        participant is no longer open); with None, store the progress on its own."""
+        participant is no longer open). A batch without participants stores its progress
+        with its ``done`` record (:meth:`DecisionLog.write`)."""
 
     def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
         """Whether ``first``, which carried ``progress``, committed: True, False, or None
@@ -263,8 +268,9 @@ class ProgressStore(Protocol):
 
     def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
         """Why a new query reading from where the stored progress says would re-read what
-        ``progress`` says is already in the output (the progress is gone: expired), or
-        None. ``{batch}`` in the answer is replaced by the batch."""
+        ``progress`` says is already in the output (the stored progress is gone, expired,
+        or behind ``progress`` anywhere), or None. ``{batch}`` in the answer is replaced
+        by the batch."""
 
 
 class Fences(Protocol):
