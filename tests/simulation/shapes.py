@@ -39,10 +39,10 @@ from tests.simulation.write_shapes import WRITE_SHAPES
 # What today's code is known to break, per shape: the gate tolerates exactly these rules
 # (anything else fails it); directed.py reproduces each cause on purpose. Drop a rule here
 # when its defect is fixed.
-_ZOMBIES = ("zombie drivers acting on a stale read: recovery, the post-commit sweep or Spark's abort fence a batch a "
-            "newer driver decided (directed zombie-driver-recovery, zombie-driver-sweep); a zombie task, or an old "
-            "stage attempt's task restarted at attempt 0, opening a transaction on an id a decision names "
-            "(stage-retry-same-id)")
+# (Zombie drivers fencing on a stale read, directed zombie-driver-recovery and -sweep, are
+# fixed: fences claim the decision writer and abort exact transactions.)
+_ZOMBIES = ("a zombie task, or an old stage attempt's task restarted at attempt 0, opening a transaction on an id a "
+            "decision names (stage-retry-same-id)")
 _STREAM = {"decided-fenced", "false-lost", "progress"}
 _WHY_STREAM = _ZOMBIES + "; a zombie recovery re-attaching a done batch's progress (zombie-recovery-carry)"
 _JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
