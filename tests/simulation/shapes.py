@@ -42,7 +42,9 @@ from tests.simulation.write_shapes import WRITE_SHAPES
 # (Zombie drivers fencing on a stale read, directed zombie-driver-recovery and -sweep, are
 # fixed: fences claim the decision writer and abort exact transactions.)
 _ZOMBIES = ("a zombie task, or an old stage attempt's task restarted at attempt 0, opening a transaction on an id a "
-            "decision names (stage-retry-same-id)")
+            "decision names (stage-retry-same-id); a zombie driver whose whole recovery runs between a newer run's "
+            "planner and that run's decision: its read and claim are current, and it aborts the newer run's "
+            "undecided transactions while that run's commit step decides them (stream-long-outages seed 300170)")
 _STREAM = {"decided-fenced", "false-lost", "progress"}
 _WHY_STREAM = _ZOMBIES + "; a zombie recovery re-attaching a done batch's progress (zombie-recovery-carry)"
 _JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
