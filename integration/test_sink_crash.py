@@ -121,10 +121,13 @@ def test_1_a_task_that_dies_with_its_transaction_open_is_retried_and_its_transac
     assert box.get("result") == "Ongoing", box
     ids = {t.transactional_id: t for t in list_transactions(pipeline.conf, pipeline.prefix)}
     assert retry_id in ids
-    # ... and the commit aborted it: closed, and its epoch moved past partition 1's (one
-    # init per batch) by a fence of an open transaction (two bumps; a closed one takes one).
+    # ... and the commit aborted it: closed, aborted at its own epoch (partition 1's, one
+    # init per batch): the post-commit sweep's EndTxn(abort) at the exact producer id and
+    # epoch it observed, not a fence that bumps the epoch (docs/dev/decisions.md, "Fences
+    # validate, then abort exact transactions").
     dead, peer = ids[dead_id], ids[f"{pipeline.prefix}-1-0"]
-    assert not dead.open and dead.producer_epoch >= peer.producer_epoch + 2, (dead, peer)
+    assert not dead.open and dead.state == "CompleteAbort", (dead, peer)
+    assert dead.producer_epoch == peer.producer_epoch, (dead, peer)
     assert end_offsets(pipeline.bootstrap, pipeline.output) == end_offsets(pipeline.bootstrap, pipeline.output,
                                                                            "read_uncommitted")
     report = pipeline.audit()

@@ -211,7 +211,7 @@ class FakeParticipants:
 
     lost_offsets: bool = False  # whether the store lost where the output ends (expired group offsets)
 
-    def resumes_before(self, progress):
+    def resumes_before(self, progress, reached=True):
         return "the group holds no offsets; batch {batch} ended there" if self.lost_offsets else None
 
 
@@ -388,10 +388,10 @@ def test_progress_that_cannot_be_attached_refuses_the_batch_undecided():
     assert log.latest() is None and events == []
 
 
-def test_progress_of_a_batch_without_output_is_stored_on_its_own():
+def test_progress_of_a_batch_without_output_is_stored_with_its_done_record():
     tpc, log, events = committer()
     tpc.commit(stream("q", 1), [part(0, records=0)], PROGRESS)
-    assert events == [("carry", None, PROGRESS["offsets"]), ("write", 1, DONE)]
+    assert events == [("write", 1, DONE)]  # the record stores it (DecisionLog.write), no plain offset commit
     assert log.latest() == Decision("q", 1, DONE, (), PROGRESS)
 
 

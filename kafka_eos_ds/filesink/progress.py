@@ -64,7 +64,7 @@ class RecordedProgress:
     def abandoned_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         return ""  # never asked: started() is always True
 
-    def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
+    def resumes_before(self, progress: Mapping[str, Any], reached: bool = True) -> str | None:
         return None
 
 

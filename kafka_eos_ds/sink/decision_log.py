@@ -19,7 +19,10 @@ Writes are transactions of one producer per writer (:func:`~.transactional_ids.d
 read with ``read_committed``. A write either committed or never becomes visible:
 :meth:`KafkaDecisionLog.fence_writers` (every driver step calls it before reading)
 fences an older producer of the same writer whose write stalled, so that write cannot
-land after the step has read the log and acted on what it read. Another writer's open
+land after the step has read the log and acted on what it read. The same fence is the
+step's token: :meth:`KafkaDecisionLog.claim` commits a record with the step's own producer,
+which fails once a newer step has run ``init_transactions`` on the writer, and the sink
+aborts transactions only after a claim succeeded (``twophase.committer``, ``_fence``). Another writer's open
 write (another sink sharing the topic) would hide every later record from a
 ``read_committed`` reader, so a read first waits for the partition's last stable offset
 to reach its high watermark: a read sees everything committed before it started.
@@ -39,7 +42,7 @@ from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase import faults
-from kafka_eos_ds.twophase.protocol import DECIDED, Decision
+from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
 WRITE_TIMEOUT_S = 60.0  # how long a decision write may take (its commit_transaction)
@@ -88,6 +91,7 @@ class KafkaDecisionLog:
         self.writer = writer
         self._clients = clients or LogClients()
         self._producer: Any = None
+        self._first: Any = None  # the producer fenced when the step began: the one a claim must use
         self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
         self._partitions: int | None = None
         self._partition: int | None = None  # where this prefix's decisions are, once looked up
@@ -161,15 +165,35 @@ class KafkaDecisionLog:
             raise client_error(f"Cannot start the commit-log writer of '{self.prefix}' on '{self.topic}'", exc,
                                self._conf) from exc
         self._producer = producer
+        if self._first is None:
+            self._first = producer
+
+    def claim(self) -> None:
+        """Commit a record (a tombstone keyed ``fence:<writer>``: only its commit matters)
+        with the producer fenced when this step began. It fails if a newer step has run
+        ``init_transactions`` on the writer since, and also if this step lost that producer
+        (a write that failed; a retry starts a new one, which proves nothing about what
+        happened in between): the caller then aborts nothing."""
+        if self._producer is None or self._producer is not self._first:
+            raise KafkaClientError(
+                f"The commit-log writer of '{self.prefix}' on '{self.topic}' that this driver step started with is "
+                "gone (fenced by another driver of this sink, or a write failed): this step aborts nothing. "
+                "Restarting the query runs it again.", retriable=False)
+        self._produce(f"fence:{self.writer}", None, None)
 
     def write(self, key: str, decision: Decision) -> None:
         value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
-        self._produce(key, value, decision.batch_id)
+        # A batch without output stores its progress (sourceGroupId's offsets) with its done
+        # record, in this writer's transaction: a plain OffsetCommit would let a driver whose
+        # writer was fenced since (a zombie) move the group back.
+        alone = decision.progress if decision.state == DONE and not decision.participants else None
+        self._produce(key, value, decision.batch_id, alone)
 
     def forget(self, key: str) -> None:
         self._produce(key, None, None)
 
-    def _produce(self, key: str, value: bytes | None, batch: int | None) -> None:
+    def _produce(self, key: str, value: bytes | None, batch: int | None,
+                 progress: Mapping[str, Any] | None = None) -> None:
         from confluent_kafka import KafkaException
 
         partition = self._locate()
@@ -178,6 +202,8 @@ class KafkaDecisionLog:
         try:
             producer.begin_transaction()
             producer.produce(self.topic, value=value, key=self._record_key(key), partition=partition)
+            if progress is not None:
+                self._send_offsets(producer, progress)
             faults.check("decision-before-commit", batch=batch)
             producer.commit_transaction(WRITE_TIMEOUT_S)
         except KafkaException as exc:
@@ -197,6 +223,24 @@ class KafkaDecisionLog:
             # Retriable (or abortable): the outcome is settled by the next writer's init_transactions.
             self._producer = None
             raise client_error(f"Writing the commit decision to '{self.topic}' failed", exc, self._conf) from exc
+
+    def _send_offsets(self, producer: Any, progress: Mapping[str, Any]) -> None:
+        """Add ``progress``'s offsets for its group to ``producer``'s open transaction
+        (AddOffsetsToTxn + TxnOffsetCommit, without group membership, as the task
+        transactions' are)."""
+        from confluent_kafka import TopicPartition
+
+        group = str(progress["group"])
+        member = self._clients.consumer(client_config(self._conf, "commit_log", **{
+            "group.id": group, "enable.auto.commit": False}))
+        try:
+            metadata = member.consumer_group_metadata()
+        finally:
+            member.close()
+        positions = [TopicPartition(topic, int(part), int(offset))
+                     for topic, parts in sorted(progress["offsets"].items())
+                     for part, offset in sorted(parts.items(), key=lambda kv: int(kv[0]))]
+        producer.send_offsets_to_transaction(positions, metadata, WRITE_TIMEOUT_S)
 
     # -- read ---------------------------------------------------------------
 
@@ -345,7 +389,7 @@ class KafkaDecisionLog:
 
     def close(self) -> None:
         # Every write committed or aborted its transaction before returning: nothing to flush.
-        self._producer = None
+        self._producer = self._first = None
         readers, self._readers = self._readers, None
         for consumer in readers or ():
             consumer.close()

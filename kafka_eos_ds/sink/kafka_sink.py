@@ -30,7 +30,7 @@ from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
-from kafka_eos_ds.sink.participants import KafkaTransactions, commit_time_needed_s
+from kafka_eos_ds.sink.participants import KafkaFences, KafkaTransactions, commit_time_needed_s
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
@@ -214,6 +214,7 @@ class KafkaSink:
                 self._retry(decisions.fence_writers, "Could not start the commit-log writer")
                 transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
                 yield TwoPhaseCommitter(decisions, transactions, progress_store=transactions,
+                                        fences=KafkaFences(transactions, decisions),
                                         commit_timeout_s=self.commit_timeout_s,
                                         time_needed_s=commit_time_needed_s(self.commit_timeout_s))
             finally:

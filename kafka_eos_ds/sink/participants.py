@@ -4,9 +4,18 @@ commit = EndTxn(commit) with the task's producer id and epoch, sorted into an ou
 by :mod:`kafka_eos_ds.sink.commit_outcome` (asking the coordinator when the answer
 alone cannot tell "already committed" from "lost"); unfit = DescribeTransactions (still
 Ongoing under the task's producer id and epoch, with time left before its timeout);
-fence = InitProducerId on the id; open ids = ListTransactions filtered by the sink's
-prefix; carry = the batch's source offsets added to the first transaction
-(AddOffsetsToTxn + TxnOffsetCommit) while it is still open.
+fence = InitProducerId on the id (the transactions tool; the sink's own steps fence
+exactly, below); open ids = ListTransactions filtered by the sink's prefix; carry = the
+batch's source offsets added to the first transaction (AddOffsetsToTxn + TxnOffsetCommit)
+while it is still open.
+
+:class:`KafkaFences` is the sink's :class:`~kafka_eos_ds.twophase.protocol.Fences`:
+observe = DescribeTransactions (each Ongoing transaction's producer id and epoch), claim =
+a record committed by the step's decision writer (:meth:`.KafkaDecisionLog.claim`),
+abort = EndTxn(abort) at that exact producer id and epoch, never InitProducerId: the
+coordinator checks a client's EndTxn against the id's current epoch, so a transaction
+begun since (a newer epoch) answers PRODUCER_FENCED, one committed since
+INVALID_TXN_STATE, and neither is touched.
 """
 
 from __future__ import annotations
@@ -18,6 +27,11 @@ from typing import Any, Mapping, Sequence
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.coordinator import (
     GROUP_AUTHORIZATION_FAILED,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE,
+    NONE,
+    PRODUCER_FENCED,
     TOPIC_AUTHORIZATION_FAILED,
     TransactionCoordinator,
     TxnState,
@@ -25,12 +39,19 @@ from kafka_eos_ds.kafka.coordinator import (
 )
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
-from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S
+from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S, KafkaDecisionLog
 from kafka_eos_ds.sink.messages import TransactionHandle
 from kafka_eos_ds.twophase.identity import WriteId
-from kafka_eos_ds.twophase.protocol import Outcome, Participant
+from kafka_eos_ds.twophase.protocol import Instance, Outcome, Participant
 
 log = logging.getLogger(__name__)
+
+# EndTxn(abort) answers meaning the exact transaction is no longer the id's open one: begun
+# again since (a newer epoch: PRODUCER_FENCED; INVALID_PRODUCER_EPOCH on older brokers), a
+# new producer id or the id expired (INVALID_PRODUCER_ID_MAPPING), or ended otherwise,
+# e.g. committed (INVALID_TXN_STATE). A commit still being written answers
+# CONCURRENT_TRANSACTIONS, which is retried until it settles as one of these.
+_MOVED_ON = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING, INVALID_TXN_STATE})
 
 # The last producer epoch a transaction can run under: the broker gives an id a new
 # producer id when it initialises it at this epoch (Short.MaxValue - 1).
@@ -67,11 +88,8 @@ class KafkaTransactions:
                             participant.id, pid, epoch, _shown(state))
         return outcome
 
-    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant) -> None:
         group, offsets = str(progress["group"]), progress["offsets"]
-        if participant is None:
-            self.coordinator.commit_offsets(group, offsets)
-            return
         pid, epoch = _producer(participant)
         # Only into the transaction itself: once it is past Ongoing, the offsets either
         # went with it or it is finished, and AddOffsetsToTxn would open a new one.
@@ -105,13 +123,26 @@ class KafkaTransactions:
                 f"'kafka.transaction.timeout.ms' (now {self.transaction_timeout_ms} ms, at most the broker's "
                 "'transaction.max.timeout.ms') must cover a batch's write, its commit and the driver's pauses.")
 
-    def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
+    def resumes_before(self, progress: Mapping[str, Any], reached: bool = True) -> str | None:
         group, offsets = str(progress["group"]), progress["offsets"]
         held = self.coordinator.group_offsets(group)
-        if any(str(part) in held.get(topic, {}) for topic, parts in offsets.items() for part in parts):
+        # Every partition at or past the output's end: a group behind anywhere (offsets
+        # reset by hand, or moved back) would have the new query write that part again.
+        # Not reached (an abandoned batch's end): the output ends before it, where the
+        # progress does not say, so only a group that lost a partition's offsets is known wrong.
+        behind = {f"{topic}-{part}": held.get(topic, {}).get(str(part)) for topic, parts in offsets.items()
+                  for part, end in parts.items()
+                  if held.get(topic, {}).get(str(part)) is None
+                  or (reached and int(held[topic][str(part)]) < int(end))}
+        if not behind:
             return None
-        return (f"the consumer group '{group}' (option 'sourceGroupId') holds no offsets for the input, while "
-                f"batch {{batch}} ended at offsets {dict(offsets)} "
+        if len(behind) == sum(len(parts) for parts in offsets.values()) and all(v is None for v in behind.values()):
+            holds = "holds no offsets for the input"
+        else:
+            shown = ", ".join(f"{tp}: {'none' if v is None else v}" for tp, v in sorted(behind.items()))
+            holds = f"holds offsets before them ({shown})" if reached else f"holds no offsets for {shown}"
+        return (f"the consumer group '{group}' (option 'sourceGroupId') {holds}, while batch {{batch}} ended at "
+                f"offsets {dict(offsets)} "
                 "(docs/troubleshooting.md, \"A new query cannot start where the output ends\").")
 
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
@@ -156,6 +187,22 @@ class KafkaTransactions:
     def fence(self, participant_id: str) -> None:
         self.coordinator.fence(participant_id, self.transaction_timeout_ms)
 
+    def observe(self, ids: Sequence[str]) -> list[Instance]:
+        # Only an Ongoing transaction needs an abort (Prepare* ones are ending by themselves).
+        states = self.coordinator.describe_many(ids)
+        return [Instance(tid, f"{state.producer_id}/{state.producer_epoch}") for tid, state in states.items()
+                if state is not None and state.state == TxnStatus.ONGOING]
+
+    def abort_exact(self, instance: Instance) -> bool:
+        pid, _, epoch = instance.tag.partition("/")
+        code = self.coordinator.end_txn(instance.id, int(pid), int(epoch), commit=False)
+        if code in _MOVED_ON:
+            return False
+        # NONE: aborted (or had been, by an earlier try); any other code is raised, a
+        # retriable one (a coordinator moving, a commit or abort still being written) retried.
+        TransactionCoordinator._raise_for(code, f"EndTxn(abort) of {instance.id} at producer {pid} epoch {epoch}")
+        return code == NONE
+
     def superseded(self, participant: Participant) -> Sequence[str]:
         # Also for a participant without a transaction of its own (no rows): the
         # earlier attempts of its task may still hold theirs open.
@@ -187,6 +234,24 @@ class KafkaTransactions:
                 "batch's write and commit. A streaming query's every restart fails the same way until the batch's "
                 "input is processed again (docs/troubleshooting.md, "
                 "\"TransactionLostError: Batch N of query Q was decided but … were aborted\").")
+
+
+class KafkaFences:
+    """The Kafka sink's exact fencing (module docstring): the transactions of
+    ``transactions``, claimed through the step's decision log ``decisions``."""
+
+    def __init__(self, transactions: KafkaTransactions, decisions: KafkaDecisionLog) -> None:
+        self.transactions = transactions
+        self.decisions = decisions
+
+    def observe(self, ids: Sequence[str]) -> list[Instance]:
+        return self.transactions.observe(ids)
+
+    def claim(self, targets: Sequence[Instance]) -> None:
+        self.decisions.claim()
+
+    def abort_exact(self, instance: Instance) -> bool:
+        return self.transactions.abort_exact(instance)
 
 
 def _warn_last_epoch(participants: Sequence[Participant]) -> None:

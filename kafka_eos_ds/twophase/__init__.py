@@ -19,6 +19,8 @@ from kafka_eos_ds.twophase.protocol import (
     DecisionLog,
     DecisionState,
     DoneMark,
+    Fences,
+    Instance,
     Outcome,
     Participant,
     Participants,
@@ -29,6 +31,7 @@ from kafka_eos_ds.twophase.recovery import RecoveryContext, RecoveryPlan, plan_a
 
 __all__ = [
     "ABANDONED", "DECIDED", "DONE", "CommitMessage", "Decision", "DecisionLog", "DecisionState", "DoneMark",
-    "Kind", "Outcome", "Participant", "Participants", "ProgressStore", "TaskTransaction", "TwoPhaseCommitter",
+    "Fences", "Instance", "Kind", "Outcome", "Participant", "Participants", "ProgressStore", "TaskTransaction",
+    "TwoPhaseCommitter",
     "RecoveryContext", "RecoveryPlan", "WriteId", "WriteSpec", "plan_abort", "plan_commit", "plan_recovery",
 ]

@@ -8,6 +8,10 @@ place that orders the steps, so every sink built on it gets the same guarantees:
 * ``commit`` is idempotent per write (:mod:`.identity`); ``abort`` never touches a
   decided write;
 * recovery commits what was decided and fences everything else the writer left open;
+* with a sink's :class:`~.protocol.Fences`, every fence (recovery, the post-commit sweep,
+  ``abort`` and its grace sweeps, abandoning) aborts only the exact instances it observed,
+  and only after claiming the step's decision writer: a driver that stalled and came back
+  cannot abort what a newer driver decided meanwhile (:meth:`TwoPhaseCommitter._fence`);
 * a decided participant that turns out aborted fails loudly (TransactionLostError), and
   so does one whose outcome can no longer be told (TransactionError, never a guess).
 
@@ -33,6 +37,8 @@ from kafka_eos_ds.twophase.protocol import (
     DecisionLog,
     DecisionState,
     DoneMark,
+    Fences,
+    Instance,
     Outcome,
     Participant,
     Participants,
@@ -103,6 +109,10 @@ class TwoPhaseCommitter:
         ``{prefix}-{partition}-{attempt}``): then another stream's decision is either the
         query this one replaces or a conflict (:func:`~.recovery.stream_target`). A sink
         whose streams stage apart (the file sink) gives False.
+    fences : Fences, optional
+        Exact fencing (validate, then act): when given, every fence observes the exact
+        instances, claims the step's decision writer, then aborts those instances only.
+        Without it, ``participants.fence`` aborts whatever is open under each id.
     publish : callable, optional
         What the sink does once every participant of a decision is committed and before
         the decision is recorded done (the file sink: register the batch's partitions in
@@ -114,7 +124,8 @@ class TwoPhaseCommitter:
                  progress_store: ProgressStore | None = None, commit_timeout_s: float = 120.0,
                  parallelism: int = 8, abort_grace_s: float = 3.0, time_needed_s: float = 15.0,
                  streams_share_ids: bool = True, publish: Callable[[Decision], None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+                 fences: Fences | None = None, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions
         self.participants = participants
         self.progress_store = progress_store
@@ -124,6 +135,7 @@ class TwoPhaseCommitter:
         self.time_needed_s = time_needed_s
         self.streams_share_ids = streams_share_ids
         self.publish = publish
+        self.fences = fences
         self._sleep = sleep
         self._clock = clock
 
@@ -228,15 +240,12 @@ class TwoPhaseCommitter:
             return
         if plan.write_decision and not decision.participants:
             # Nothing to commit (every task was empty or a re-run of a decided batch):
-            # no decision to record, only earlier attempts to shut out. The progress has
-            # no output to be atomic with: it is stored on its own.
+            # no decision to record, only earlier attempts to shut out. Recorded all the
+            # same: a sink whose checkpoint has committed batches always has a decision,
+            # so a commit log that lost them is noticed (never guessed). The progress has
+            # no output to be atomic with: the record stores it, in the same write, so a
+            # driver whose writer was fenced since cannot store it (and move it back).
             self._fence(superseded)
-            if progress is not None:
-                store = self._progress_store()
-                self._retrying(lambda: store.carry(progress, None), "Could not store the batch's progress",
-                               then=_RESTART)
-            # Recorded all the same: a sink whose checkpoint has committed batches always
-            # has a decision, so a commit log that lost them is noticed (never guessed).
             self.decisions.write(write.key, decision.with_state(DONE))
             self._forget_job(write)
             return
@@ -405,8 +414,8 @@ class TwoPhaseCommitter:
         progress = decision.progress
         assert progress is not None
         store = self._progress_store()
-        problem = self._retrying(lambda: store.resumes_before(progress), "Could not read where the output ends",
-                                 then=_RESTART)
+        problem = self._retrying(lambda: store.resumes_before(progress, reached=decision.state != ABANDONED),
+                                 "Could not read where the output ends", then=_RESTART)
         if problem:
             last, abandoned = decision.batch_id, ""
             if decision.state == ABANDONED:
@@ -540,10 +549,40 @@ class TwoPhaseCommitter:
         return self.progress_store
 
     def _fence(self, ids: Sequence[str]) -> None:
+        """Abort what is open under ``ids``. With the sink's :class:`~.protocol.Fences`:
+        validate, then act exactly. The step fenced its decision writer and read the log
+        when it began; now it observes the exact instances open under ``ids``, claims the
+        writer (a record it commits, which fails if a newer step fenced the writer since),
+        and aborts those instances only. A decision a newer step writes after the claim
+        names only instances begun after it, never observed here; one written before the
+        claim came from a step that fenced this writer, so the claim fails and nothing is
+        aborted. A stall anywhere in between is therefore harmless (docs/dev/decisions.md,
+        "Fences validate, then abort exact transactions")."""
         if not ids:
             return
-        with ThreadPoolExecutor(min(self.parallelism, len(ids))) as pool:
-            list(pool.map(self._fence_one, ids))
+        if self.fences is None:
+            with ThreadPoolExecutor(min(self.parallelism, len(ids))) as pool:
+                list(pool.map(self._fence_one, ids))
+            return
+        fences = self.fences
+        targets: Sequence[Instance] = self._retrying(lambda: fences.observe(ids),
+                                                     "Could not describe the sink's open transactions",
+                                                     then=_RESTART)
+        if not targets:
+            return
+        self._retrying(lambda: fences.claim(targets), "Could not claim the commit-log writer before aborting",
+                       then=_RESTART)
+        faults.check("driver-after-claim")
+        with ThreadPoolExecutor(min(self.parallelism, len(targets))) as pool:
+            list(pool.map(self._abort_exact, targets))
+
+    def _abort_exact(self, instance: Instance) -> None:
+        fences = self.fences
+        assert fences is not None
+        if not self._retrying(lambda: fences.abort_exact(instance), f"Could not abort {instance.id}",
+                              then=_RESTART):
+            log.info("%s (%s) moved on before it could be aborted: not this step's to abort", instance.id,
+                     instance.tag)
 
 
 def _key_of(write: WriteId, decision: Decision) -> str:

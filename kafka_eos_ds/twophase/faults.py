@@ -3,8 +3,9 @@
 The protocol calls :func:`check` at each point (``task-before-precommit``,
 ``task-after-precommit``, ``driver-before-decision``, ``driver-after-decision``,
 ``driver-after-progress``, ``driver-after-first-commit``, ``commit-raise``,
-``driver-after-all-commits``, ``driver-after-done``, and ``driver-after-reading-decision`` in
-recovery and abort; the Kafka sink's decision log adds ``decision-before-commit``, inside
+``driver-after-all-commits``, ``driver-after-done``, ``driver-after-reading-decision`` in
+recovery and abort, and ``driver-after-claim`` in an exact fence, between its claim and its
+aborts; the Kafka sink's decision log adds ``decision-before-commit``, inside
 a decision write). Unless a hook is installed that is
 one global lookup and a ``None`` test.
 

@@ -9,6 +9,8 @@ Nothing here knows Kafka. A sink plugs in with:
   fences (aborts) a participant by id, and lists the ids of this sink still open;
 * optionally a :class:`ProgressStore` — for sinks whose decisions carry what the batch
   consumed (the Kafka sink's ``sourceGroupId``);
+* optionally :class:`Fences` — for sinks that can abort one exact instance of an id and
+  claim their decision writer: every fence then validates before it acts (below);
 * on the executors, a :class:`TaskTransaction` per task — write, ``pre_commit`` (make
   everything durable but invisible), or ``abort`` — run by :func:`~.task.run_task`, and
   a :class:`CommitMessage` that carries the task's :class:`Participant` to the driver.
@@ -20,6 +22,14 @@ Life cycle of a batch::
             -> fence the sink's other open ids -> DecisionLog.write(done)
     fail:   abort -> Participants.fence(each not decided)
     restart: recover -> commit what was decided, fence every other open id
+
+Fencing with :class:`Fences` (validate, then act exactly): the step's decision writer was
+fenced and the log read when the step began; the step observes the exact instances open
+under the ids it means to fence, claims its writer (a record committed by it, which fails
+once a newer step has taken the writer over) and then aborts those instances only. A
+decision a newer step writes after the claim names only instances begun after it, which
+were not observed; one written before the claim fenced this writer, and the claim fails.
+Without :class:`Fences`, ``Participants.fence`` aborts whatever is open under an id.
 """
 
 from __future__ import annotations
@@ -150,6 +160,16 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Instance:
+    """One exact open instance of a participant id: ``id`` names the participant, ``tag``
+    tells this instance apart from any later one under the same id (the Kafka sink: the
+    producer id and epoch the transaction runs under)."""
+
+    id: str
+    tag: str
+
+
+@dataclass(frozen=True)
 class DoneMark:
     """"Batches up to ``batch_id`` of query ``query_id`` are decided": a re-run writes nothing.
 
@@ -192,7 +212,11 @@ class DecisionLog(Protocol):
 
     def write(self, key: str, decision: Decision) -> None:
         """Store ``decision`` as writer ``key``'s latest, durably; returns only once a
-        restarted query would read it."""
+        restarted query would read it. A ``done`` decision without participants that
+        carries ``progress`` (a batch with no output) stores that progress in the same
+        atomic write where the sink keeps progress apart (the Kafka sink: the group's
+        offsets in the decision writer's transaction): a writer fenced since stores
+        neither."""
 
     def forget(self, key: str) -> None:
         """Drop writer ``key``'s record (a finished job: nothing will ever ask for it)."""
@@ -233,9 +257,10 @@ class Participants(Protocol):
 class ProgressStore(Protocol):
     """Optional port for sinks whose decisions carry ``progress`` (what the batch consumed)."""
 
-    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant) -> None:
         """Attach ``progress`` to ``participant`` so both commit atomically (a no-op if the
-        participant is no longer open); with None, store the progress on its own."""
+        participant is no longer open). A batch without participants stores its progress
+        with its ``done`` record (:meth:`DecisionLog.write`)."""
 
     def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
         """Whether ``first``, which carried ``progress``, committed: True, False, or None
@@ -248,10 +273,29 @@ class ProgressStore(Protocol):
     def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
         """Why :meth:`started` could not tell, and what the operator can do (for the error)."""
 
-    def resumes_before(self, progress: Mapping[str, Any]) -> str | None:
+    def resumes_before(self, progress: Mapping[str, Any], reached: bool = True) -> str | None:
         """Why a new query reading from where the stored progress says would re-read what
-        ``progress`` says is already in the output (the progress is gone: expired), or
-        None. ``{batch}`` in the answer is replaced by the batch."""
+        ``progress`` says is already in the output (the stored progress is gone, expired,
+        or behind ``progress`` anywhere), or None. ``reached`` False: the output ends
+        before ``progress`` (an abandoned batch's), so only stored progress that is gone
+        is wrong. ``{batch}`` in the answer is replaced by the batch."""
+
+
+class Fences(Protocol):
+    """Optional port: fence exact instances, after claiming the step's decision writer
+    (module docstring). A sink without it is fenced by id (``Participants.fence``)."""
+
+    def observe(self, ids: Sequence[str]) -> Sequence[Instance]:
+        """The instances open under ``ids`` right now (none for an id with nothing open)."""
+
+    def claim(self, targets: Sequence[Instance]) -> None:
+        """Commit one record through this step's own decision writer, the one fenced when
+        the step began: raise if a newer step has taken the writer over since (or the
+        step lost it), and then nothing may be aborted."""
+
+    def abort_exact(self, instance: Instance) -> bool:
+        """Abort ``instance`` if it is still the one open under its id: True if aborted
+        (now or before), False if the id moved on (begun again, or committed) since."""
 
 
 class TaskTransaction(Protocol):

@@ -67,14 +67,14 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "abandon-before-log": (abandon_before_log, set(),
                            "fixed: abandoning fenced before recording 'abandoned'; a crash between the two steps "
                            "(now record, then fence) leaves the next driver going on"),
-    "zombie-driver-recovery": (zombie_driver_recovery, {"decided-fenced", "false-lost"},
-                               "a driver that read the log, stalled and came back fences (recovery) the open "
-                               "transactions of a batch a newer driver decided meanwhile: that batch is lost; the "
-                               "committed ones it fenced after their commit are then reported lost too"),
-    "zombie-driver-sweep": (zombie_driver_sweep, {"decided-fenced", "false-lost"},
-                            "a driver that stalled after committing batch 0 comes back and sweeps the sink's open "
-                            "transactions (its post-commit sweep, then Spark's abort once its 'done' write is "
-                            "fenced): a batch a newer driver decided meanwhile is lost"),
+    "zombie-driver-recovery": (zombie_driver_recovery, set(),
+                               "fixed: a driver that read the log, stalled and came back fenced (recovery) the open "
+                               "transactions of a batch a newer driver decided meanwhile (every fence now observes "
+                               "the exact transactions, claims the step's decision writer, then aborts those only)"),
+    "zombie-driver-sweep": (zombie_driver_sweep, set(),
+                            "fixed: a driver that stalled after committing batch 0 came back and swept the sink's "
+                            "open transactions (its post-commit sweep, then Spark's abort), aborting a batch a newer "
+                            "driver decided meanwhile (fences now claim the decision writer and abort exactly)"),
     "zombie-recovery-carry": (zombie_recovery_carry, set(),
                               "fixed: a recovery that re-attached a decided batch's progress stalled before "
                               "AddOffsetsToTxn; back after a newer driver committed the batch, its AddOffsetsToTxn "

@@ -10,7 +10,8 @@ The rules, from the sink's guarantee (DESIGN.md section 2) and its protocol:
 * ``disappeared``: what a ``read_committed`` reader saw stays (checked at every step).
 * ``duplicate``: a ``read_committed`` reader never sees an output twice, during the run
   or after it.
-* ``decided-fenced``: nobody fences (InitProducerId) a transaction a durable decision names
+* ``decided-fenced``: nobody fences (InitProducerId, or EndTxn(abort) from a client) a
+  transaction a durable decision names
   (DESIGN.md: "never call it on an id whose transaction may be decided"), except to abandon
   a batch of a query whose checkpoint was lost (the decision is then marked abandoned); nor
   does a decision name a transaction a fence was already aborting (its driver checked the
@@ -49,6 +50,7 @@ from typing import Any, Iterable
 from kafka_eos_ds.filesink.handles import files_of
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.twophase.protocol import ABANDONED, Decision
+from tests.simulation.model.logs import OFFSETS_TOPIC
 from tests.simulation.world import World
 
 
@@ -116,9 +118,10 @@ class Oracle:
             return
         epoch = self._epochs.get(key, meta.epoch)
         txn = (meta.transactional_id, meta.producer_id, epoch)
-        if event == "fence" and txn not in self.committed:
-            # Every fence of an open transaction, by whom: one that a decision names (now, or
-            # later, when the decision raced the fence) ends up aborted.
+        if event in ("fence", "end-abort") and txn not in self.committed:
+            # Every fence of an open transaction (InitProducerId, or a driver's EndTxn(abort)
+            # at its exact epoch), by whom: one that a decision names (now, or later, when
+            # the decision raced the fence) ends up aborted.
             who = self.w.sched.current.name if self.w.sched.current else "?"
             self.fenced.setdefault(txn, f"{who} at step {self.w.sched.step}")
             if txn in self.decided:
@@ -131,6 +134,8 @@ class Oracle:
         self.committed.add(txn)
         if meta.transactional_id.endswith(".decisions"):
             for topic, partition in meta.partitions:
+                if topic == OFFSETS_TOPIC:
+                    continue  # a batch without output: its progress rides with its done record
                 for record in self.w.cluster.log(topic, partition).open_records(meta.producer_id):
                     if record.value is None:
                         continue  # a tombstone: a finished job's record dropped

@@ -39,10 +39,12 @@ from tests.simulation.write_shapes import WRITE_SHAPES
 # What today's code is known to break, per shape: the gate tolerates exactly these rules
 # (anything else fails it); directed.py reproduces each cause on purpose. Drop a rule here
 # when its defect is fixed.
-_ZOMBIES = ("zombie drivers acting on a stale read: recovery, the post-commit sweep or Spark's abort fence a batch a "
-            "newer driver decided (directed zombie-driver-recovery, zombie-driver-sweep); a zombie task, or an old "
-            "stage attempt's task restarted at attempt 0, opening a transaction on an id a decision names "
-            "(stage-retry-same-id)")
+# (Zombie drivers fencing on a stale read, directed zombie-driver-recovery and -sweep, are
+# fixed: fences claim the decision writer and abort exact transactions.)
+_ZOMBIES = ("a zombie task, or an old stage attempt's task restarted at attempt 0, opening a transaction on an id a "
+            "decision names (stage-retry-same-id); a zombie driver whose whole recovery runs between a newer run's "
+            "planner and that run's decision: its read and claim are current, and it aborts the newer run's "
+            "undecided transactions while that run's commit step decides them (stream-long-outages seed 300170)")
 _STREAM = {"decided-fenced", "false-lost", "progress"}
 _WHY_STREAM = _ZOMBIES + ("; a zombie driver's empty batch committing its progress to the source group unfenced, "
                           "after a newer driver's")

@@ -126,6 +126,7 @@ class ModelConsumer:
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self.world = sim.world()
         self.committed_only = str(conf.get("isolation.level", "read_committed")) == "read_committed"
+        self.group = str(conf.get("group.id", ""))
         self._assigned: tuple[str, int, int] | None = None
         self._queue: list[_Message] | None = None
 
@@ -164,6 +165,10 @@ class ModelConsumer:
         if not self._queue:
             return None
         return self._queue.pop(0)
+
+    def consumer_group_metadata(self) -> str:
+        """The group, for the producer's send_offsets_to_transaction (no membership)."""
+        return self.group
 
     def close(self) -> None:
         self._assigned = self._queue = None

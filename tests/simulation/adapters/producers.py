@@ -20,6 +20,7 @@ from kafka_eos_ds.sink import transactional_ids
 from tests.simulation import world as sim
 from tests.simulation.adapters.requests import PROCESS, RETRIABLE, request
 from tests.simulation.model import errors as e
+from tests.simulation.model.logs import OFFSETS_TOPIC
 
 FENCED = (e.PRODUCER_FENCED, e.INVALID_PRODUCER_EPOCH, e.INVALID_PRODUCER_ID_MAPPING)
 
@@ -76,6 +77,17 @@ class Producer:
         return request("Produce", f"{self.tid} -> {topic}-{partition} {shown!r}"[:300],
                        lambda: self.world.cluster.produce(self.tid, self.pid, self.epoch, topic, partition, key,
                                                           value), coordinator=False, allow=PROCESS)
+
+    def send_offsets(self, group: str, offsets: dict[tuple[str, int], int], timeout_s: float = 60.0) -> int:
+        """AddOffsetsToTxn, then TxnOffsetCommit (librdkafka's send_offsets_to_transaction)."""
+        cluster = self.world.cluster
+        code = self._retry("AddOffsetsToTxn", f"{self.tid} group {group}",
+                           lambda: cluster.coordinator.add_partitions(self.tid, self.pid, self.epoch,
+                                                                      [(OFFSETS_TOPIC, group)]), timeout_s)
+        if code != e.NONE:
+            return code
+        return self._retry("TxnOffsetCommit", f"{self.tid} group {group} {offsets}",
+                           lambda: cluster.txn_offset_commit(self.tid, self.pid, self.epoch, group, offsets), timeout_s)
 
     def end(self, commit: bool, timeout_s: float = 60.0) -> int:
         tc = self.world.cluster.coordinator
@@ -140,6 +152,17 @@ class ConfluentProducer:
             self._fatal = code
         elif code != e.NONE:
             self._failed = code
+
+    def send_offsets_to_transaction(self, positions: list[Any], group_metadata: Any, timeout: float = -1) -> None:
+        """Raises at once, as librdkafka's call does (it waits for both requests)."""
+        if self._fatal is not None or self._failed is not None:
+            raise _kafka_exception(self._fatal or self._failed or e.NONE, "send_offsets_to_transaction")
+        code = self._wire.send_offsets(str(group_metadata), {(tp.topic, tp.partition): tp.offset for tp in positions},
+                                       timeout if timeout > 0 else 60.0)
+        if code in FENCED:
+            self._fatal = code
+        if code != e.NONE:
+            raise _kafka_exception(code, "send_offsets_to_transaction")
 
     def commit_transaction(self, timeout: float = -1) -> None:
         if self._fatal is not None:

@@ -236,6 +236,8 @@ class TransactionCoordinator:
         assert meta is not None
         state = meta.state
         if state == TxnState.ONGOING:
+            if not commit:
+                self._notify("end-abort", meta)  # for observers: an abort by a client, as a fence is
             self._prepare_end(meta, commit)
             return errors.NONE
         if (state, commit) in ((TxnState.COMPLETE_COMMIT, True), (TxnState.COMPLETE_ABORT, False)):
