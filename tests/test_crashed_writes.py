@@ -9,6 +9,7 @@ import pytest
 from kafka_eos_ds.sink import kafka_sink
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
+from kafka_eos_ds.twophase.protocol import Instance
 from tests.test_checkpoint_adoption import _Coordinator
 from tests.test_sink_units import OPTS, SCHEMA, _fence_free
 from tests.test_twophase import FakeLog
@@ -27,7 +28,13 @@ def fenced(monkeypatch):
     monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: coordinator)
     monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: _fence_free(FakeLog()))
     monkeypatch.setattr(kafka_sink, "cluster_metadata", lambda config: None)
-    monkeypatch.setattr(kafka_sink.KafkaTransactions, "fence", lambda self, tid: ids.append(tid))
+    # The abort fences exact instances (validate, then act): the ids it observed are the
+    # ids it aims at; the claim on the in-memory log always holds.
+    monkeypatch.setattr(kafka_sink.KafkaTransactions, "observe",
+                        lambda self, targets: [Instance(tid, "7/0") for tid in targets])
+    monkeypatch.setattr(kafka_sink.KafkaTransactions, "abort_exact",
+                        lambda self, instance: ids.append(instance.id) or True)
+    monkeypatch.setattr(kafka_sink.KafkaFences, "claim", lambda self, targets: None)
     yield ids, app, job
     SESSIONS.close()
 
