@@ -29,6 +29,10 @@ from integration.test_source import kafka_eos_reader, plain_records, produce_tra
 from kafka_eos_ds.sink import list_transactions, transactional_ids
 from kafka_eos_tools.audit import audit
 
+# Pipelines of their own (about 1-2 minutes each): the gate runs them in its second lane,
+# which has the time (docs/dev/testing.md, "Profiles").
+pytestmark = pytest.mark.second_lane
+
 PARTITIONS = 8
 RECORDS = 800   # 100 offsets per batch -> batches 0..7
 BATCH = 100

@@ -18,6 +18,10 @@ import pytest
 from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 
+# Pipelines of their own (about 1-2 minutes each): the gate runs them in its second lane,
+# which has the time (docs/dev/testing.md, "Profiles").
+pytestmark = pytest.mark.second_lane
+
 RECORDS, BATCH = 600, 150
 
 
