@@ -16,8 +16,8 @@ Only module attributes are replaced (no product file is edited):
 * uuids of batch writes (``twophase.writers``), of the file sink's temporary decision
   files (``storage.local``) and of its staged files' stamps (``filesink.layout``) -> seeded;
 * the local store's ``os`` (``storage.local``, every file the file sink touches on a local
-  disk) -> :class:`OsProxy` (a step at every move, where a crash can strike between a
-  pending file and its final name);
+  disk) -> :class:`OsProxy` (a step at each half of every move, where a crash can strike
+  between a pending file and its final name, or between the link and the unlink);
 * ``twophase.faults``: the product's named crash points become steps of the scheduler.
 
 When a seam changes in the product, this module and :mod:`.adapters` are what to adapt.
@@ -83,8 +83,8 @@ class SequentialExecutor:
 
 
 class OsProxy:
-    """The ``os`` module for the file sink: a scheduler step before each rename/replace/link,
-    and a hook that sees every rename (the invariants check final renames)."""
+    """The ``os`` module for the file sink: a scheduler step before each rename/replace/link/
+    unlink, and a hook that sees every rename (the invariants check final renames)."""
 
     def __init__(self, w: World, on_rename: Callable[[str, str], None]) -> None:
         self._w = w
@@ -113,6 +113,12 @@ class OsProxy:
         self._w.sched.point("fs:rename", f"{os.path.basename(str(src))} -> {_short(self._w, dst)}", DRIVER_POINT)
         os.link(src, dst)
         self._on_rename(str(src), str(dst))
+
+    def unlink(self, path: Any) -> None:
+        """The second half of a move (the old name removed): a crash here leaves both names
+        on one file."""
+        self._w.sched.point("fs:unlink", _short(self._w, path), DRIVER_POINT)
+        os.unlink(path)
 
 
 def _short(w: World, path: Any) -> str:
