@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
+from pyspark.sql.types import StringType, StructField, StructType
+
+from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
+from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.file_sink import FileSink
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
+from kafka_eos_ds.filesink.metastore import Metastore
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
-from kafka_eos_ds.twophase import Outcome, Participant
+from kafka_eos_ds.twophase import DoneMark, Outcome, Participant, WriteSpec
 
 W = writer_dir("q:query")
 
@@ -53,3 +60,69 @@ def test_an_interrupted_local_move_is_finished_and_a_taken_name_still_refused(tm
         raise AssertionError("a move over another file must be refused")
     assert other.read_bytes() == b"other" and dst.exists()
 
+
+# -- prepare: a transient failure is retried, not taken for a bad 'path' -------------
+
+class FlakyStore(LocalStore):
+    """A local directory that answers like a remote store (a URL of its own), whose first
+    ``failures`` puts fail as ``error`` does."""
+
+    url = "flaky://bucket"
+
+    def __init__(self, error: Exception | None = None, failures: int = 1) -> None:
+        self.error = error
+        self.failures = failures
+        self.puts = 0
+
+    def put(self, path: str, data: bytes, *, new: bool = False) -> None:
+        self.puts += 1
+        if self.error is not None and self.puts <= self.failures:
+            raise self.error
+        super().put(path, data, new=new)
+
+
+def _sink(tmp_path, store, **options):
+    config = FileSinkConfig.from_options({"path": str(tmp_path / "out"), "commitTimeoutMs": "2000", **options})
+    config._stores["store"] = store
+    return FileSink(config, StructType([StructField("v", StringType())]))
+
+
+def test_prepare_retries_a_store_that_fails_once_instead_of_refusing_the_path(tmp_path):
+    store = FlakyStore(StorageError("S3 call failed (SlowDown: reduce your request rate)", retriable=True))
+    assert _sink(tmp_path, store).prepare(WriteSpec(False, "job")) == DoneMark()
+
+
+def test_a_store_that_stays_unavailable_fails_retriably_not_as_a_bad_path(tmp_path):
+    store = FlakyStore(StorageError("NameNode is in safe mode", retriable=True), failures=10**6)
+    with pytest.raises(TransactionError, match="NameNode is in safe mode") as info:
+        _sink(tmp_path, store, commitTimeoutMs="1000").prepare(WriteSpec(False, "job"))
+    assert info.value.retriable and not isinstance(info.value, ConfigError)
+
+
+def test_a_store_that_refuses_access_is_a_path_error(tmp_path):
+    store = FlakyStore(StorageError("S3 refused s3a://bucket/out (AccessDenied)", retriable=False), failures=10**6)
+    with pytest.raises(ConfigError, match="'path'.*cannot be written.*AccessDenied"):
+        _sink(tmp_path, store).prepare(WriteSpec(False, "job"))
+
+
+def test_writability_is_probed_once_per_process_not_every_batch(tmp_path):
+    store = FlakyStore()
+    sink = _sink(tmp_path, store)
+    sink.prepare(WriteSpec(False, "job"))
+    probes = store.puts
+    sink.prepare(WriteSpec(False, "job"))
+    assert probes > 0 and store.puts == probes
+
+
+def test_prepare_retries_a_metastore_that_is_restarting(tmp_path, monkeypatch):
+    calls = []
+
+    def ensure_table(self, schema, partitioning):
+        calls.append(1)
+        if len(calls) == 1:
+            raise StorageError("No Hive metastore answers (thrift://metastore:9083: connection refused)",
+                               retriable=True)
+
+    monkeypatch.setattr(Metastore, "ensure_table", ensure_table)
+    sink = _sink(tmp_path, FlakyStore(), table="lake.events", **{"hive.metastore.uris": "thrift://metastore:9083"})
+    assert sink.prepare(WriteSpec(False, "job")) == DoneMark() and len(calls) == 2

@@ -10,7 +10,7 @@ from pathlib import Path, PurePath
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
-from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.errors import ConfigError, StorageError
 from kafka_eos_ds.filesink.layout import EXTENSIONS, Layout, remote_root
 from kafka_eos_ds.filesink.partitions import Partitioning
 from kafka_eos_ds.options import Options
@@ -155,18 +155,31 @@ def _part_size(storage: StorageOptions) -> int:
     return size
 
 
+_WRITABLE: set[str] = set()  # the directories this process has found writable
+
+
 def check_writable(layout: Layout, store: Store | None = None) -> None:
-    """Make sure the directory can be written (a probe file under the staging directory);
-    what cannot be written is the user's 'path' error, raised before any data."""
-    if store is None or store.renames and not store.url:
-        _check_local(Path(layout.root), layout)
+    """Make sure the directory can be written (a probe file under the staging directory),
+    once per process: what this user may not write is the user's 'path' error, raised
+    before any data. A transient failure (a throttled or restarting store) is raised as
+    it is, retriable: the caller retries it."""
+    local = store is None or store.renames and not store.url
+    where = f"{'' if local or store is None else store.url}{layout.root}"
+    if where in _WRITABLE:
         return
-    probe = str(layout.staging / f".probe-{uuid.uuid4().hex}")
-    try:
-        store.put(probe, b"")
-        store.delete(probe)
-    except Exception as exc:
-        raise ConfigError(f"Option 'path' = '{store.url}{layout.root}' cannot be written: {exc}") from exc
+    if local:
+        _check_local(Path(layout.root), layout)
+    else:
+        assert store is not None
+        probe = str(layout.staging / f".probe-{uuid.uuid4().hex}")
+        try:
+            store.put(probe, b"")
+            store.delete(probe)
+        except (StorageError, PermissionError) as exc:
+            if isinstance(exc, StorageError) and exc.retriable:
+                raise
+            raise ConfigError(f"Option 'path' = '{where}' cannot be written: {exc}") from exc
+    _WRITABLE.add(where)
 
 
 def _check_local(root: Path, layout: Layout) -> None:

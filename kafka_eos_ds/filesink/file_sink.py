@@ -4,9 +4,10 @@
 and :class:`~.participants.FileParticipants` — into a
 :class:`~kafka_eos_ds.twophase.TwoPhaseCommitter`:
 
-* ``prepare`` (planner): the directory can be written (and the metastore table exists, if
-  one is named); a stream, or an app write (``txnAppId``), finishes what its earlier runs
-  decided and deletes what they staged;
+* ``prepare`` (planner): the directory can be written (probed once per process), and the
+  metastore table exists, if one is named; a stream, or an app write (``txnAppId``),
+  finishes what its earlier runs decided and deletes what they staged; each step's
+  transient failures are retried;
 * ``write`` (executor): :func:`~.task.write_files`;
 * ``commit``/``abort`` (driver): under the identity the tasks reported; once a batch's
   files are final, :mod:`.publishing` announces it (``_SUCCESS`` markers, metastore
@@ -16,7 +17,7 @@ and :class:`~.participants.FileParticipants` — into a
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -33,12 +34,14 @@ from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant, Participants
+from kafka_eos_ds.twophase.retrying import retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
 if TYPE_CHECKING:
     from kafka_eos_ds.storage.s3 import S3Store
 
 log = logging.getLogger(__name__)
+_SETUP = "Nothing was decided by this step; restarting the query runs it again."
 
 
 class FileSink:
@@ -51,11 +54,14 @@ class FileSink:
         self.schema = schema
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
-        check_writable(self.config.layout, self.config.store())
-        prepare_table(self.config, self.schema)
+        # Each step's transient failure (S3 throttling, a NameNode failing over, a metastore
+        # restarting) is retried, as the Kafka sink's set-up is: none of them is the user's.
+        self._retry(lambda: check_writable(self.config.layout, self.config.store()), "Could not write to 'path'")
+        self._retry(lambda: prepare_table(self.config, self.schema), "Could not reach the Hive metastore")
         if spec.streaming:
             try:
-                query = Checkpoint.at(self.config.checkpoint, self.config.storage).query_id()
+                query = self._retry(Checkpoint.at(self.config.checkpoint, self.config.storage).query_id,
+                                    "Could not read the checkpoint")
             except ConfigError:
                 query = None
             if query is None:
@@ -63,8 +69,12 @@ class FileSink:
                 # under new names (a re-run of a decided batch is still caught at commit).
                 return DoneMark()
             committer = self._committer()
-            if committer.decisions.latest(f"{Kind.STREAM.value}:{query}") is None:
-                self._finish_other_streams(committer, query)
+            if self._retry(lambda: committer.decisions.latest(f"{Kind.STREAM.value}:{query}"),
+                           "Could not read the sink's decisions") is None:
+                # Each step of it is idempotent (a committed file is found committed, a
+                # publish adds nothing twice): retried whole.
+                self._retry(lambda: self._finish_other_streams(committer, query),
+                            "Could not finish the table's other streams")
             return committer.recover(WriteId(Kind.STREAM, query, -1))
         planned = spec.planned()
         return self._committer().recover(planned) if planned is not None else DoneMark()
@@ -82,6 +92,9 @@ class FileSink:
               spec: WriteSpec) -> None:
         fallback = None if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
         self._committer().abort(write, participants, fallback)
+
+    def _retry(self, call: Callable[[], Any], failure: str) -> Any:
+        return retrying(call, failure, self.config.commit_timeout_s, then=_SETUP)
 
     def _committer(self) -> TwoPhaseCommitter:
         layout, store = self.config.layout, self.config.store()

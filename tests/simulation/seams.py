@@ -8,7 +8,7 @@ Only module attributes are replaced (no product file is edited):
   and consumers under the real ``KafkaDecisionLog``; ``sink.kafka_sink.cluster_metadata``
   and ``sink.task_writer._PartitionWriter`` -> the :mod:`.adapters`;
 * time: the committers get the virtual clock and sleep (their constructor takes both), so
-  does the Kafka sink's set-up retry (``sink.kafka_sink.retrying``); the modules that read
+  does the sinks' set-up retry (``sink.kafka_sink.retrying``, ``filesink.file_sink.retrying``); the modules that read
   the clock themselves (``sink.participants``, ``sink.decision_log``,
   ``kafka.coordinator``) read :class:`VirtualTime`;
 * the committer's thread pool -> :class:`SequentialExecutor` (a seeded order, one step at a
@@ -166,6 +166,7 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
         ("kafka_eos_ds.sink.kafka_sink", "TwoPhaseCommitter", committer),
         ("kafka_eos_ds.sink.kafka_sink", "retrying", virtual_retrying),
         ("kafka_eos_ds.filesink.file_sink", "TwoPhaseCommitter", committer),
+        ("kafka_eos_ds.filesink.file_sink", "retrying", virtual_retrying),
         ("kafka_eos_ds.twophase.committer", "ThreadPoolExecutor", SequentialExecutor),
         ("kafka_eos_ds.sink.participants", "time", clock),
         ("kafka_eos_ds.sink.decision_log", "time", clock),
