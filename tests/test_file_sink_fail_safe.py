@@ -126,3 +126,28 @@ def test_prepare_retries_a_metastore_that_is_restarting(tmp_path, monkeypatch):
     monkeypatch.setattr(Metastore, "ensure_table", ensure_table)
     sink = _sink(tmp_path, FlakyStore(), table="lake.events", **{"hive.metastore.uris": "thrift://metastore:9083"})
     assert sink.prepare(WriteSpec(False, "job")) == DoneMark() and len(calls) == 2
+
+
+# -- a store that ignores create-if-absent (S3: If-None-Match: *) ------------------
+
+class IgnoresConditionStore(FlakyStore):
+    """An S3-compatible store that accepts ``If-None-Match: *`` and ignores it: every put
+    replaces what is there."""
+
+    def put(self, path: str, data: bytes, *, new: bool = False) -> None:
+        super().put(path, data, new=False)
+
+
+def test_a_store_that_ignores_create_if_absent_is_refused_before_anything_is_written(tmp_path):
+    sink = _sink(tmp_path, IgnoresConditionStore())
+    with pytest.raises(ConfigError, match="'path'.*If-None-Match.*docs/file-sink.md") as info:
+        sink.prepare(WriteSpec(False, "job"))
+    assert not info.value.retriable
+    staged = tmp_path / "out" / "_kafka_eos"
+    assert not [p for p in staged.rglob("*") if p.is_file()]  # the probe is gone, nothing else was written
+
+
+def test_a_store_that_honours_create_if_absent_passes_the_probe(tmp_path):
+    store = FlakyStore()
+    _sink(tmp_path, store).prepare(WriteSpec(False, "job"))
+    assert store.puts == 2  # created, then refused the second time
