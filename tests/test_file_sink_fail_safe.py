@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
 import pytest
-from pyspark.sql.types import StringType, StructField, StructType
+from hmsclient.genthrift.hive_metastore import ttypes
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.filesink.metastore import Metastore
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
-from kafka_eos_ds.twophase import DoneMark, Outcome, Participant, WriteSpec
+from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, Participant, WriteId, WriteSpec
+from kafka_eos_ds.twophase.writers import Task
 
 W = writer_dir("q:query")
 
@@ -151,3 +155,87 @@ def test_a_store_that_honours_create_if_absent_passes_the_probe(tmp_path):
     store = FlakyStore()
     _sink(tmp_path, store).prepare(WriteSpec(False, "job"))
     assert store.puts == 2  # created, then refused the second time
+
+
+# -- a partition the metastore refuses --------------------------------------------
+
+class FakeHms:
+    """A Hive metastore client (hmsclient's calls the sink makes) whose add_partitions
+    refuses any partition holding ``refuse`` (as a name whitelist pattern does), or
+    answers a duplicate key ``duplicates`` times (a concurrent first registration)."""
+
+    def __init__(self, refuse: str | None = None, duplicates: int = 0) -> None:
+        self.refuse, self.duplicates = refuse, duplicates
+        self.table = None
+        self.partitions: list[list[str]] = []
+
+    def __call__(self, iprot=None):
+        return self
+
+    def open(self):
+        return self
+
+    def close(self):
+        pass
+
+    def get_table(self, database, name):
+        if self.table is None:
+            raise ttypes.NoSuchObjectException(f"{database}.{name} table not found")
+        return self.table
+
+    def create_table(self, table):
+        self.table = table
+
+    def add_partitions_req(self, request):
+        for part in request.parts:
+            if self.refuse is not None and self.refuse in part.values:
+                raise ttypes.MetaException(f"Partition value '{self.refuse}' contains a character not matched by "
+                                           "whitelist pattern '[\\\\w]*'")
+        if self.duplicates:
+            self.duplicates -= 1
+            raise ttypes.MetaException("Duplicate entry 'x' for key 'UNIQUEPARTITION'")
+        self.partitions += [list(p.values) for p in request.parts if list(p.values) not in self.partitions]
+
+
+SCHEMA = StructType([StructField("id", LongType()), StructField("country", StringType())])
+
+
+def _table_sink(tmp_path, monkeypatch, hms):
+    from hmsclient import hmsclient
+
+    monkeypatch.setattr(hmsclient, "HMSClient", hms)
+    config = FileSinkConfig.from_options({"path": str(tmp_path / "out"), "commitTimeoutMs": "2000",
+                                          "partitionBy": "country", "table": "lake.events",
+                                          "hive.metastore.uris": "thrift://metastore:9083"}, SCHEMA)
+    return FileSink(config, SCHEMA)
+
+
+def _write(sink, write, countries):
+    rows = pa.RecordBatch.from_pydict({"id": pa.array(range(len(countries)), pa.int64()),
+                                       "country": pa.array(countries, pa.string())})
+    return sink.write(Task(write, 0, 0), DoneMark(), iter([rows])).participant()
+
+
+def test_a_partition_the_metastore_refuses_refuses_the_batch_before_its_decision(tmp_path, monkeypatch):
+    hms = FakeHms(refuse="d-e")
+    sink = _table_sink(tmp_path, monkeypatch, hms)
+    write = WriteId(Kind.JOB, "job-1", 0, job="job-1")
+    sink.prepare(WriteSpec(False, "job-1"))
+    staged = _write(sink, write, ["fr", "d-e"])
+    with pytest.raises(TransactionError, match="metastore refused.*d-e.*Nothing of the batch is visible") as info:
+        sink.commit(write, [staged])
+    assert not info.value.retriable
+    root = tmp_path / "out"
+    assert not list(root.rglob("part-*"))  # no file final
+    assert FileDecisionLog(sink.config.layout).latest(write.key) is None  # nothing decided
+    sink.abort(write, [staged], WriteSpec(False, "job-1"))  # what Spark does next
+    assert FileParticipants(sink.config.layout).open_ids(write) == []
+
+
+def test_a_duplicate_key_of_a_concurrent_registration_is_retried(tmp_path, monkeypatch):
+    hms = FakeHms(duplicates=1)
+    sink = _table_sink(tmp_path, monkeypatch, hms)
+    write = WriteId(Kind.JOB, "job-1", 0, job="job-1")
+    sink.prepare(WriteSpec(False, "job-1"))
+    sink.commit(write, [_write(sink, write, ["fr", "de"])])
+    assert sorted(hms.partitions) == [["de"], ["fr"]] and len(list((tmp_path / "out").rglob("part-*"))) == 2

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, ca
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
-from kafka_eos_ds.filesink.publishing import prepare_table, publisher
+from kafka_eos_ds.filesink.publishing import prepare_table, publisher, register_partitions
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import RenameStore
@@ -86,7 +86,22 @@ class FileSink:
         progress = None
         if write.kind is Kind.STREAM:
             progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
+        self._register_partitions(write, [p for p in participants if p is not None])
         self._committer().commit(write, participants, progress)
+
+    def _register_partitions(self, write: WriteId, participants: Sequence[Participant]) -> None:
+        """The batch's partitions in the metastore before its decision: a refusal then
+        refuses the batch undecided (Spark aborts it), never one whose files are final."""
+        try:
+            self._retry(lambda: register_partitions(self.config, participants),
+                        f"Could not register the partitions of batch {write.version}")
+        except StorageError as exc:
+            if exc.retriable:
+                raise
+            raise TransactionError(f"Batch {write.version} of {write.key} was not committed: {exc}. Nothing of the "
+                                   "batch is visible. Make the metastore accept these partition values (e.g. its "
+                                   "'hive.metastore.partition.name.whitelist.pattern') or change 'partitionBy'; "
+                                   "restarting the query (or running the write again) runs the batch again.") from exc
 
     def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:
