@@ -101,7 +101,9 @@ class FileSink:
             raise TransactionError(f"Batch {write.version} of {write.key} was not committed: {exc}. Nothing of the "
                                    "batch is visible. Make the metastore accept these partition values (e.g. its "
                                    "'hive.metastore.partition.name.whitelist.pattern') or change 'partitionBy'; "
-                                   "restarting the query (or running the write again) runs the batch again.") from exc
+                                   "restarting the query (or running the write again) runs the batch again "
+                                   "(docs/troubleshooting.md, \"Batch N was not committed: the Hive metastore refused "
+                                   "its partitions\").") from exc
 
     def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:
