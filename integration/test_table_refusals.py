@@ -29,7 +29,9 @@ def test_a_partition_value_the_metastore_refuses_fails_the_write_with_nothing_fi
         (df.write.format("kafka_eos_file").mode("append").option("path", str(out)).option("partitionBy", "part")
          .option("table", f"{db}.events").option("hive.metastore.uris", metastore.uri).save())
 
-    # The metastore keeps a partition value in a column of 256 characters: a longer one is refused.
+    # The metastore keeps a partition value in a column of 256 characters: a longer one is refused,
+    # before the batch is decided (the value is also too long for a local directory name, which
+    # the commit's move would meet after the decision).
     with pytest.raises(Exception, match="was not committed.*Hive metastore refused") as info:
         write(["fr", "x" * 400])
     assert "TransactionError" in str(info.value)
