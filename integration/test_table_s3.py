@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType  # n
 from integration.helpers import run_to_end  # noqa: E402
 from integration.sink_runs import seed  # noqa: E402
 from integration.tables import Table, partition_values, s3_options  # noqa: E402
-from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
+from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable  # noqa: E402
 from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
 from kafka_eos_ds.filesink.layout import writer_dir  # noqa: E402
 from kafka_eos_ds.filesink.uploads import UploadParticipants  # noqa: E402
@@ -67,6 +67,13 @@ def test_s3_store_creates_small_files_only_once_and_completes_uploads_once(s3):
     with pytest.raises(FileNotFoundError):  # a fenced zombie's next part
         store.upload_part(key, other, 2, b"z")
     assert store.read_text(key) == "x" * 100
+
+
+def test_the_store_passes_the_create_if_absent_probe_and_the_probe_leaves_nothing(s3):
+    bucket = s3.new_bucket()
+    config = FileSinkConfig.from_options({"path": f"s3a://{bucket}/lake/probed", **s3_options(s3)}, SCHEMA)
+    check_writable(config.layout, config.store())  # a store ignoring If-None-Match: * raises ConfigError
+    assert config.store().list_names("/lake/probed/_kafka_eos") == []
 
 
 def test_the_sinks_steps_on_s3_commit_each_upload_once_and_never_a_zombies(s3, monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path, PurePath
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
-from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.errors import ConfigError, StorageError
 from kafka_eos_ds.filesink.layout import EXTENSIONS, Layout, remote_root
 from kafka_eos_ds.filesink.partitions import Partitioning
 from kafka_eos_ds.options import Options
@@ -155,18 +155,50 @@ def _part_size(storage: StorageOptions) -> int:
     return size
 
 
+_WRITABLE: set[str] = set()  # the directories this process has found writable
+
+
 def check_writable(layout: Layout, store: Store | None = None) -> None:
-    """Make sure the directory can be written (a probe file under the staging directory);
-    what cannot be written is the user's 'path' error, raised before any data."""
-    if store is None or store.renames and not store.url:
-        _check_local(Path(layout.root), layout)
+    """Make sure the directory can be written (a probe file under the staging directory),
+    once per process: what this user may not write is the user's 'path' error, raised
+    before any data. A transient failure (a throttled or restarting store) is raised as
+    it is, retriable: the caller retries it. A remote store must also refuse to create a
+    file that exists (``put(new=True)``): the decisions and the commit's never-replace
+    rule stand on it, and some S3-compatible stores accept ``If-None-Match: *`` and
+    ignore it."""
+    local = store is None or store.renames and not store.url
+    where = f"{'' if local or store is None else store.url}{layout.root}"
+    if where in _WRITABLE:
         return
-    probe = str(layout.staging / f".probe-{uuid.uuid4().hex}")
+    if local:
+        _check_local(Path(layout.root), layout)
+    else:
+        assert store is not None
+        probe = str(layout.staging / f".probe-{uuid.uuid4().hex}")
+        try:
+            refused = _refuses_a_second_create(store, probe)
+        except (StorageError, PermissionError) as exc:
+            if isinstance(exc, StorageError) and exc.retriable:
+                raise
+            raise ConfigError(f"Option 'path' = '{where}' cannot be written: {exc}") from exc
+        if not refused:
+            raise ConfigError(f"Option 'path' = '{where}': the store replaced a file that a create-if-absent "
+                              "write found there (S3: it ignores 'If-None-Match: *' on PutObject). The sink's "
+                              "exactly-once steps need a store that refuses it (412 Precondition Failed); see "
+                              "docs/file-sink.md, 'The same on S3'.")
+    _WRITABLE.add(where)
+
+
+def _refuses_a_second_create(store: Store, probe: str) -> bool:
+    """Create ``probe`` only if absent, twice: whether the store refused the second."""
+    store.put(probe, b"", new=True)
     try:
-        store.put(probe, b"")
+        store.put(probe, b"x", new=True)
+        return False
+    except FileExistsError:
+        return True
+    finally:
         store.delete(probe)
-    except Exception as exc:
-        raise ConfigError(f"Option 'path' = '{store.url}{layout.root}' cannot be written: {exc}") from exc
 
 
 def _check_local(root: Path, layout: Layout) -> None:

@@ -4,9 +4,10 @@
 and :class:`~.participants.FileParticipants` — into a
 :class:`~kafka_eos_ds.twophase.TwoPhaseCommitter`:
 
-* ``prepare`` (planner): the directory can be written (and the metastore table exists, if
-  one is named); a stream, or an app write (``txnAppId``), finishes what its earlier runs
-  decided and deletes what they staged;
+* ``prepare`` (planner): the directory can be written (probed once per process), and the
+  metastore table exists, if one is named; a stream, or an app write (``txnAppId``),
+  finishes what its earlier runs decided and deletes what they staged; each step's
+  transient failures are retried;
 * ``write`` (executor): :func:`~.task.write_files`;
 * ``commit``/``abort`` (driver): under the identity the tasks reported; once a batch's
   files are final, :mod:`.publishing` announces it (``_SUCCESS`` markers, metastore
@@ -16,18 +17,18 @@ and :class:`~.participants.FileParticipants` — into a
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.layout import writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
-from kafka_eos_ds.filesink.publishing import prepare_table, publisher
+from kafka_eos_ds.filesink.publishing import prepare_table, publisher, register_partitions
 from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams, takes_over
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
@@ -35,12 +36,14 @@ from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant, Participants
+from kafka_eos_ds.twophase.retrying import retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
 if TYPE_CHECKING:
     from kafka_eos_ds.storage.s3 import S3Store
 
 log = logging.getLogger(__name__)
+_SETUP = "Nothing was decided by this step; restarting the query runs it again."
 
 
 class FileSink:
@@ -56,11 +59,14 @@ class FileSink:
         self.read: int | None = None
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
-        check_writable(self.config.layout, self.config.store())
-        prepare_table(self.config, self.schema)
+        # Each step's transient failure (S3 throttling, a NameNode failing over, a metastore
+        # restarting) is retried, as the Kafka sink's set-up is: none of them is the user's.
+        self._retry(lambda: check_writable(self.config.layout, self.config.store()), "Could not write to 'path'")
+        self._retry(lambda: prepare_table(self.config, self.schema), "Could not reach the Hive metastore")
         if spec.streaming:
             try:
-                query = Checkpoint.at(self.config.checkpoint, self.config.storage).query_id()
+                query = self._retry(Checkpoint.at(self.config.checkpoint, self.config.storage).query_id,
+                                    "Could not read the checkpoint")
             except ConfigError:
                 query = None
             if query is None:
@@ -69,8 +75,12 @@ class FileSink:
                 return DoneMark()
             decisions = FileDecisionLog(self.config.layout, self.config.store())
             committer = self._committer(decisions)
-            if decisions.latest(f"{Kind.STREAM.value}:{query}") is None:
-                self._finish_other_streams(committer, query)
+            if self._retry(lambda: decisions.latest(f"{Kind.STREAM.value}:{query}"),
+                           "Could not read the sink's decisions") is None:
+                # Each step of it is idempotent (a committed file is found committed, a
+                # publish adds nothing twice): retried whole.
+                self._retry(lambda: self._finish_other_streams(committer, query),
+                            "Could not finish the table's other streams")
             return self._recover(decisions, WriteId(Kind.STREAM, query, -1))
         planned = spec.planned()
         return self._recover(FileDecisionLog(self.config.layout, self.config.store()), planned) \
@@ -94,14 +104,34 @@ class FileSink:
         if write.kind is Kind.STREAM:
             progress = batch_offsets(self.config.checkpoint, self.config.storage, write.version)
             first = takes_over(committer, write.key)
+        self._register_partitions(write, [p for p in participants if p is not None])
         committer.commit(write, participants, progress)
         if first:  # the query's first batch on the table is done: it has taken the table over
             clean_superseded(committer, self.config.layout, self.config.store(), write.app, progress)
+
+    def _register_partitions(self, write: WriteId, participants: Sequence[Participant]) -> None:
+        """The batch's partitions in the metastore before its decision: a refusal then
+        refuses the batch undecided (Spark aborts it), never one whose files are final."""
+        try:
+            self._retry(lambda: register_partitions(self.config, participants),
+                        f"Could not register the partitions of batch {write.version}")
+        except StorageError as exc:
+            if exc.retriable:
+                raise
+            raise TransactionError(f"Batch {write.version} of {write.key} was not committed: {exc}. Nothing of the "
+                                   "batch is visible. Make the metastore accept these partition values (e.g. its "
+                                   "'hive.metastore.partition.name.whitelist.pattern') or change 'partitionBy'; "
+                                   "restarting the query (or running the write again) runs the batch again "
+                                   "(docs/troubleshooting.md, \"Batch N was not committed: the Hive metastore refused "
+                                   "its partitions\").") from exc
 
     def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
               spec: WriteSpec) -> None:
         fallback = None if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
         self._committer().abort(write, participants, fallback)
+
+    def _retry(self, call: Callable[[], Any], failure: str) -> Any:
+        return retrying(call, failure, self.config.commit_timeout_s, then=_SETUP)
 
     def _committer(self, decisions: FileDecisionLog | None = None) -> TwoPhaseCommitter:
         """One driver step's committer; its decision log (one per step) also guards every

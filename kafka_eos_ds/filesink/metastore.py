@@ -2,10 +2,13 @@
 
 For readers that go through the metastore (Spark with Hive support, Hive, Trino), a
 partition exists from the moment it is registered (measured: docs/dev/decisions.md, "Test
-servers for tables"). The sink registers the partitions a batch wrote files into after
-every file of the batch is final and before the batch is recorded done (the committer's
-``publish`` step), with ``add_partitions(ifNotExists=True)``: a restart that finishes the
-batch registers them again, which adds nothing.
+servers for tables"). The sink registers the partitions a batch wrote files into before
+the batch's decision (:func:`~.publishing.register_partitions`: a partition the
+metastore refuses then refuses the batch, undecided, and a registered partition holds no
+rows until files are final in it), and again after every file of the batch is final and
+before the batch is recorded done (the committer's ``publish`` step), with
+``add_partitions(ifNotExists=True)``: registering a partition again adds nothing. A
+unique-key clash of two writers registering one new partition at once is retriable.
 
 The table is created from the DataFrame's schema when it does not exist: an external
 Parquet table at the sink's ``path``, its columns the DataFrame's minus the plain
@@ -70,7 +73,12 @@ class Metastore:
 
     def register(self, directories: Sequence[str]) -> None:
         """Add the partitions of ``directories`` (``dt=.../shard=...``) that are not there yet."""
-        from hmsclient.genthrift.hive_metastore.ttypes import AddPartitionsRequest, Partition
+        from hmsclient.genthrift.hive_metastore.ttypes import (
+            AddPartitionsRequest,
+            AlreadyExistsException,
+            MetaException,
+            Partition,
+        )
 
         directories = [d for d in dict.fromkeys(directories) if d]
         if not directories:
@@ -85,8 +93,17 @@ class Metastore:
                 parts.append(Partition(values=values_of(directory), dbName=self.database, tableName=self.name,
                                        createTime=now, lastAccessTime=0, sd=sd, parameters={}))
             for start in range(0, len(parts), _CHUNK):
-                client.add_partitions_req(AddPartitionsRequest(self.database, self.name, parts[start:start + _CHUNK],
-                                                               ifNotExists=True, needResult=False))
+                request = AddPartitionsRequest(self.database, self.name, parts[start:start + _CHUNK],
+                                               ifNotExists=True, needResult=False)
+                try:
+                    client.add_partitions_req(request)
+                except (AlreadyExistsException, MetaException) as exc:
+                    if not _duplicate(exc):
+                        raise
+                    # Another writer registered one of them between this call's check and its
+                    # insert (the metastore's unique key): a retry finds it there.
+                    raise StorageError(f"Registering partitions of {self.database}.{self.name} met a concurrent "
+                                       f"registration: {exc.message}", retriable=True) from exc
 
     def partition_names(self) -> list[str]:
         with self._client() as client:
@@ -151,6 +168,13 @@ class Metastore:
         finally:
             with contextlib.suppress(Exception):
                 client.close()
+
+
+def _duplicate(exc: Any) -> bool:
+    """Whether a metastore error is a unique-key clash (two writers registering one new
+    partition at once): the backing database's words for it (MySQL, PostgreSQL, Derby)."""
+    text = str(getattr(exc, "message", "") or exc).lower()
+    return any(word in text for word in ("duplicate", "already exists", "uniquepartition"))
 
 
 def hive_type(spark_type: str) -> str:

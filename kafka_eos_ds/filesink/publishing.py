@@ -6,17 +6,19 @@ Both run as the committer's ``publish`` step: after every file of the batch is f
 before the batch is recorded done, and again by a restart that finishes the batch, so
 each is idempotent (a marker is an empty file written over itself; partitions are added
 ``ifNotExists``). A marker is rewritten each time a batch adds files to its partition:
-it says the partition holds committed files, not that its time span is complete.
+it says the partition holds committed files, not that its time span is complete. The
+partitions are also registered before the batch's decision (:func:`register_partitions`),
+so that a refusal comes while nothing of the batch is decided or final.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.handles import partitions_of
 from kafka_eos_ds.filesink.metastore import Metastore
-from kafka_eos_ds.twophase.protocol import Decision
+from kafka_eos_ds.twophase.protocol import Decision, Participant
 
 SUCCESS = "_SUCCESS"
 
@@ -33,7 +35,7 @@ def publisher(config: FileSinkConfig) -> Callable[[Decision], None] | None:
         return None
 
     def publish(decision: Decision) -> None:
-        directories = partitions_of([p.handle for p in decision.participants if p.records])
+        directories = _directories(decision.participants)
         if config.success_file:
             store, layout = config.store(), config.layout
             for directory in directories:
@@ -50,3 +52,18 @@ def prepare_table(config: FileSinkConfig, schema: Any) -> None:
     metastore = metastore_of(config)
     if metastore is not None:
         metastore.ensure_table(schema, config.partitioning)
+
+
+def register_partitions(config: FileSinkConfig, participants: Sequence[Participant]) -> None:
+    """Before a batch's decision: the partitions its files go into, registered. A partition
+    the metastore refuses (a name pattern, a value too long for its database) refuses the
+    batch while nothing of it is decided or final; once decided, a refusal would leave its
+    files final and every restart failing to publish them. An empty registered partition
+    shows no rows: its files appear as they become final."""
+    metastore = metastore_of(config)
+    if metastore is not None:
+        metastore.register(_directories(participants))
+
+
+def _directories(participants: Sequence[Participant]) -> list[str]:
+    return partitions_of([p.handle for p in participants if p.records])

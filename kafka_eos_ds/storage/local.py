@@ -63,7 +63,13 @@ class LocalStore:
         # A hard link, then the old name removed: POSIX rename() replaces an existing
         # destination silently, link() refuses it (FileExistsError) in the same step that
         # creates the name, so of two movers to one name exactly one wins.
-        os.link(src, dst)
+        try:
+            os.link(src, dst)
+        except FileExistsError:
+            # Both names on one file: a move of this file stopped (a crash) between its
+            # link and its unlink. Finish it; a destination that is another file stays refused.
+            if not _same_file(src, dst):
+                raise
         os.unlink(src)
         fsync_dir(os.path.dirname(dst))
         if os.path.dirname(src) != os.path.dirname(dst):
@@ -98,6 +104,13 @@ class LocalOutput:
 
     def discard(self) -> None:
         self._file.close()
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def fsync_dir(path: str) -> None:

@@ -32,6 +32,7 @@ from tests.simulation.directed_streams import (
 from tests.simulation.directed_writes import (
     app_retry_after_decision,
     concurrent_batch_jobs,
+    file_crash_inside_rename,
     file_zombie_decision,
     file_zombie_driver_recovery,
     file_zombie_driver_sweep,
@@ -88,6 +89,9 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "expired-id-after-commit": (expired_id_after_commit, set(),
                                 "fixed: a committed transaction whose id expired (or moved to a newer epoch) was "
                                 "classified lost (it is now 'cannot tell': a loud stop that names what to check)"),
+    "file-crash-inside-rename": (file_crash_inside_rename, set(),
+            "fixed: a driver that died between the link and the unlink of a local move (both names on one "
+            "file) left a batch every restart refused to commit ('another query ... same query id')"),
     "file-zombie-decision": (file_zombie_decision, set(),
             "fixed: a zombie driver of the file sink wrote its stale decision over a newer one (decisions are now "
             "numbered files created only if absent)"),

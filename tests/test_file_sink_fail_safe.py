@@ -1,0 +1,241 @@
+"""The file sink's stores and metastore fail safe: a crash inside a move, a transient
+failure while preparing, a store that ignores conditional writes, a partition the
+metastore refuses."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+from hmsclient.genthrift.hive_metastore import ttypes
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
+from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.file_sink import FileSink
+from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
+from kafka_eos_ds.filesink.metastore import Metastore
+from kafka_eos_ds.filesink.participants import FileParticipants
+from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, Participant, WriteId, WriteSpec
+from kafka_eos_ds.twophase.writers import Task
+
+W = writer_dir("q:query")
+
+
+def _staged(layout: Layout, batch: int = 1) -> Participant:
+    fid = FileId(W, "q", batch, 0, 0)
+    layout.ensure(fid.writer)
+    pending = layout.pending(fid, "5ea1ed00")
+    pending.write_bytes(b"rows")
+    return Participant(str(fid), fid.partition, fid.attempt, 1,
+                       {"pending": layout.relative(pending), "final": layout.relative(layout.final(fid))})
+
+
+# -- a crash between the link and the unlink of a local move ----------------------
+
+def test_a_commit_interrupted_between_link_and_unlink_is_finished_by_the_recommit(tmp_path):
+    """The local move is a link then an unlink: a crash between them leaves the pending
+    and the final name on one file. The re-commit finishes the move."""
+    layout = Layout(tmp_path)
+    p = _staged(layout)
+    pending, final = layout.resolve(p.handle["pending"]), layout.resolve(p.handle["final"])
+    os.link(pending, final)  # the crash struck here
+    assert FileParticipants(layout).commit(p) is Outcome.COMMITTED
+    assert final.read_bytes() == b"rows" and not pending.exists()
+
+
+def test_an_interrupted_local_move_is_finished_and_a_taken_name_still_refused(tmp_path):
+    src, dst, other = tmp_path / "in-progress" / "a", tmp_path / "pending" / "a", tmp_path / "b"
+    src.parent.mkdir()
+    src.write_bytes(b"rows")
+    dst.parent.mkdir()
+    os.link(src, dst)
+    LocalStore().rename(str(src), str(dst))
+    assert dst.read_bytes() == b"rows" and not src.exists()
+    other.write_bytes(b"other")
+    try:
+        LocalStore().rename(str(dst), str(other))
+    except FileExistsError:
+        pass
+    else:
+        raise AssertionError("a move over another file must be refused")
+    assert other.read_bytes() == b"other" and dst.exists()
+
+
+# -- prepare: a transient failure is retried, not taken for a bad 'path' -------------
+
+class FlakyStore(LocalStore):
+    """A local directory that answers like a remote store (a URL of its own), whose first
+    ``failures`` puts fail as ``error`` does."""
+
+    url = "flaky://bucket"
+
+    def __init__(self, error: Exception | None = None, failures: int = 1) -> None:
+        self.error = error
+        self.failures = failures
+        self.puts = 0
+
+    def put(self, path: str, data: bytes, *, new: bool = False) -> None:
+        self.puts += 1
+        if self.error is not None and self.puts <= self.failures:
+            raise self.error
+        super().put(path, data, new=new)
+
+
+def _sink(tmp_path, store, **options):
+    config = FileSinkConfig.from_options({"path": str(tmp_path / "out"), "commitTimeoutMs": "2000", **options})
+    config._stores["store"] = store
+    return FileSink(config, StructType([StructField("v", StringType())]))
+
+
+def test_prepare_retries_a_store_that_fails_once_instead_of_refusing_the_path(tmp_path):
+    store = FlakyStore(StorageError("S3 call failed (SlowDown: reduce your request rate)", retriable=True))
+    assert _sink(tmp_path, store).prepare(WriteSpec(False, "job")) == DoneMark()
+
+
+def test_a_store_that_stays_unavailable_fails_retriably_not_as_a_bad_path(tmp_path):
+    store = FlakyStore(StorageError("NameNode is in safe mode", retriable=True), failures=10**6)
+    with pytest.raises(TransactionError, match="NameNode is in safe mode") as info:
+        _sink(tmp_path, store, commitTimeoutMs="1000").prepare(WriteSpec(False, "job"))
+    assert info.value.retriable and not isinstance(info.value, ConfigError)
+
+
+def test_a_store_that_refuses_access_is_a_path_error(tmp_path):
+    store = FlakyStore(StorageError("S3 refused s3a://bucket/out (AccessDenied)", retriable=False), failures=10**6)
+    with pytest.raises(ConfigError, match="'path'.*cannot be written.*AccessDenied"):
+        _sink(tmp_path, store).prepare(WriteSpec(False, "job"))
+
+
+def test_writability_is_probed_once_per_process_not_every_batch(tmp_path):
+    store = FlakyStore()
+    sink = _sink(tmp_path, store)
+    sink.prepare(WriteSpec(False, "job"))
+    probes = store.puts
+    sink.prepare(WriteSpec(False, "job"))
+    assert probes > 0 and store.puts == probes
+
+
+def test_prepare_retries_a_metastore_that_is_restarting(tmp_path, monkeypatch):
+    calls = []
+
+    def ensure_table(self, schema, partitioning):
+        calls.append(1)
+        if len(calls) == 1:
+            raise StorageError("No Hive metastore answers (thrift://metastore:9083: connection refused)",
+                               retriable=True)
+
+    monkeypatch.setattr(Metastore, "ensure_table", ensure_table)
+    sink = _sink(tmp_path, FlakyStore(), table="lake.events", **{"hive.metastore.uris": "thrift://metastore:9083"})
+    assert sink.prepare(WriteSpec(False, "job")) == DoneMark() and len(calls) == 2
+
+
+# -- a store that ignores create-if-absent (S3: If-None-Match: *) ------------------
+
+class IgnoresConditionStore(FlakyStore):
+    """An S3-compatible store that accepts ``If-None-Match: *`` and ignores it: every put
+    replaces what is there."""
+
+    def put(self, path: str, data: bytes, *, new: bool = False) -> None:
+        super().put(path, data, new=False)
+
+
+def test_a_store_that_ignores_create_if_absent_is_refused_before_anything_is_written(tmp_path):
+    sink = _sink(tmp_path, IgnoresConditionStore())
+    with pytest.raises(ConfigError, match="'path'.*If-None-Match.*docs/file-sink.md") as info:
+        sink.prepare(WriteSpec(False, "job"))
+    assert not info.value.retriable
+    staged = tmp_path / "out" / "_kafka_eos"
+    assert not [p for p in staged.rglob("*") if p.is_file()]  # the probe is gone, nothing else was written
+
+
+def test_a_store_that_honours_create_if_absent_passes_the_probe(tmp_path):
+    store = FlakyStore()
+    _sink(tmp_path, store).prepare(WriteSpec(False, "job"))
+    assert store.puts == 2  # created, then refused the second time
+
+
+# -- a partition the metastore refuses --------------------------------------------
+
+class FakeHms:
+    """A Hive metastore client (hmsclient's calls the sink makes) whose add_partitions
+    refuses any partition holding ``refuse`` (as a name whitelist pattern does), or
+    answers a duplicate key ``duplicates`` times (a concurrent first registration)."""
+
+    def __init__(self, refuse: str | None = None, duplicates: int = 0) -> None:
+        self.refuse, self.duplicates = refuse, duplicates
+        self.table = None
+        self.partitions: list[list[str]] = []
+
+    def __call__(self, iprot=None):
+        return self
+
+    def open(self):
+        return self
+
+    def close(self):
+        pass
+
+    def get_table(self, database, name):
+        if self.table is None:
+            raise ttypes.NoSuchObjectException(f"{database}.{name} table not found")
+        return self.table
+
+    def create_table(self, table):
+        self.table = table
+
+    def add_partitions_req(self, request):
+        for part in request.parts:
+            if self.refuse is not None and self.refuse in part.values:
+                raise ttypes.MetaException(f"Partition value '{self.refuse}' contains a character not matched by "
+                                           "whitelist pattern '[\\\\w]*'")
+        if self.duplicates:
+            self.duplicates -= 1
+            raise ttypes.MetaException("Duplicate entry 'x' for key 'UNIQUEPARTITION'")
+        self.partitions += [list(p.values) for p in request.parts if list(p.values) not in self.partitions]
+
+
+SCHEMA = StructType([StructField("id", LongType()), StructField("country", StringType())])
+
+
+def _table_sink(tmp_path, monkeypatch, hms):
+    from hmsclient import hmsclient
+
+    monkeypatch.setattr(hmsclient, "HMSClient", hms)
+    config = FileSinkConfig.from_options({"path": str(tmp_path / "out"), "commitTimeoutMs": "2000",
+                                          "partitionBy": "country", "table": "lake.events",
+                                          "hive.metastore.uris": "thrift://metastore:9083"}, SCHEMA)
+    return FileSink(config, SCHEMA)
+
+
+def _write(sink, write, countries):
+    rows = pa.RecordBatch.from_pydict({"id": pa.array(range(len(countries)), pa.int64()),
+                                       "country": pa.array(countries, pa.string())})
+    return sink.write(Task(write, 0, 0), DoneMark(), iter([rows])).participant()
+
+
+def test_a_partition_the_metastore_refuses_refuses_the_batch_before_its_decision(tmp_path, monkeypatch):
+    hms = FakeHms(refuse="d-e")
+    sink = _table_sink(tmp_path, monkeypatch, hms)
+    write = WriteId(Kind.JOB, "job-1", 0, job="job-1")
+    sink.prepare(WriteSpec(False, "job-1"))
+    staged = _write(sink, write, ["fr", "d-e"])
+    with pytest.raises(TransactionError, match="metastore refused.*d-e.*Nothing of the batch is visible") as info:
+        sink.commit(write, [staged])
+    assert not info.value.retriable
+    root = tmp_path / "out"
+    assert not list(root.rglob("part-*"))  # no file final
+    assert FileDecisionLog(sink.config.layout).latest(write.key) is None  # nothing decided
+    sink.abort(write, [staged], WriteSpec(False, "job-1"))  # what Spark does next
+    assert FileParticipants(sink.config.layout).open_ids(write) == []
+
+
+def test_a_duplicate_key_of_a_concurrent_registration_is_retried(tmp_path, monkeypatch):
+    hms = FakeHms(duplicates=1)
+    sink = _table_sink(tmp_path, monkeypatch, hms)
+    write = WriteId(Kind.JOB, "job-1", 0, job="job-1")
+    sink.prepare(WriteSpec(False, "job-1"))
+    sink.commit(write, [_write(sink, write, ["fr", "de"])])
+    assert sorted(hms.partitions) == [["de"], ["fr"]] and len(list((tmp_path / "out").rglob("part-*"))) == 2
