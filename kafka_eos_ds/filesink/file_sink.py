@@ -16,7 +16,6 @@ and :class:`~.participants.FileParticipants` — into a
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -36,14 +35,13 @@ from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant, Participants
-from kafka_eos_ds.twophase.retrying import retrying
+from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
 if TYPE_CHECKING:
     from kafka_eos_ds.storage.s3 import S3Store
 
-log = logging.getLogger(__name__)
-_SETUP = "Nothing was decided by this step; restarting the query runs it again."
+_SETUP = NOTHING_DECIDED
 
 
 class FileSink:

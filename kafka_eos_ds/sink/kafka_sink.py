@@ -37,11 +37,11 @@ from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DONE, Decision, DoneMark, Participant
 from kafka_eos_ds.twophase.recovery import check_checkpoint
-from kafka_eos_ds.twophase.retrying import retrying
+from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
 log = logging.getLogger(__name__)
-_SETUP = "Nothing was decided by this step; restarting the query runs it again."
+_SETUP = NOTHING_DECIDED
 
 
 class KafkaSink:

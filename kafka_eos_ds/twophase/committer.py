@@ -53,12 +53,12 @@ from kafka_eos_ds.twophase.recovery import (
     plan_write,
     stream_target,
 )
-from kafka_eos_ds.twophase.retrying import retrying
+from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 
 log = logging.getLogger(__name__)
 
 _FINISHES = "The commit decision is stored; restarting the query finishes the commit."
-_RESTART = "Nothing was decided by this step; restarting the query runs it again."
+_RESTART = NOTHING_DECIDED
 _APP_DECIDED = ("The write (txnAppId {app!r}, txnVersion {version}) is decided: its rows become visible once the "
                 "rest is committed, which running it again with the same txnAppId and txnVersion does first, "
                 "adding nothing.")

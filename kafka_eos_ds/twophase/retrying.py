@@ -11,6 +11,10 @@ from kafka_eos_ds.errors import KafkaEosError, TransactionError
 
 log = logging.getLogger(__name__)
 
+# What a failed set-up step tells the user (the ``then`` of :func:`retrying`): one text
+# for every driver step of both sinks that decides nothing.
+NOTHING_DECIDED = "Nothing was decided by this step; restarting the query runs it again."
+
 
 def retrying(call: Callable[[], Any], failure: str, timeout_s: float, *, again: Any = None, then: str = "",
              sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Any:
