@@ -26,6 +26,7 @@ import pytest
 from integration import storage
 from integration.helpers import create_topic, unique_name
 from integration.warm_driver import WarmDriver
+from kafka_eos_tools import jvm_archive
 
 
 @dataclass
@@ -171,6 +172,9 @@ def spark_builder(app: str = "kafka-eos-tests", jars: str | None = None):
         .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
         .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="kafka-eos-wh-"))
     )
+    java_options = jvm_archive.java_options()
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     if jars:
         builder = builder.config("spark.jars", jars)
     return builder

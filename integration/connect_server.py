@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.standalone import SPARK_HOME, spark_env, tail
+from kafka_eos_tools import jvm_archive
 from kafka_eos_tools.broker.cluster import free_port
 from kafka_eos_tools.demo import processes
 
@@ -82,6 +83,9 @@ class ConnectServer:
             "spark.driver.bindAddress": "127.0.0.1",
             **self.extra_conf,
         }
+        java_options = jvm_archive.java_options()
+        if java_options:
+            conf.setdefault("spark.driver.extraJavaOptions", java_options)
         cmd = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS,
                "--name", "Spark Connect server", "--master", "local[2]", "--driver-memory", "1g"]
         if jar is None:  # not in the wheel: the jar fetched from Maven Central (see start)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from integration.warm_driver import WarmDriver, runs_warm
-from kafka_eos_tools import faults
+from kafka_eos_tools import faults, jvm_archive
 from kafka_eos_tools.demo.chaos import seed_input
 
 # A driver process of its own serves one run of tens of seconds: the JIT's top tier (C2)
@@ -85,9 +85,10 @@ def run_pipeline(bootstrap: str, input_topic: str, output_topic: str, checkpoint
     env.update(extra)
     if fault:
         env.update(faults.environment(fault, gate, counts))
+    java_options = jvm_archive.java_options(SHORT_DRIVER_JAVA_OPTIONS)
     with open(log_file, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "kafka_eos_tools.demo.job", *args,
-                                 f"--driver-java-options={SHORT_DRIVER_JAVA_OPTIONS}"], stdout=out,
+                                 f"--driver-java-options={java_options}"], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]))
         try:

@@ -101,6 +101,7 @@ def test_partitions_added_to_the_commit_log_do_not_hide_a_decision(pipeline):  #
     assert latest.latest_of("q").state == DONE and latest._partition == 0
 
 
+@pytest.mark.full  # a refusal after a driver crash; the gate refuses a lost commit log in the unit tests
 def test_a_deleted_commit_log_fails_the_restart_loudly_and_writes_nothing(pipeline):  # noqa: F811
     log_topic = f"log-{pipeline.output}"
     options = [f"commitLogTopic={log_topic}"]
@@ -121,6 +122,7 @@ def test_a_deleted_commit_log_fails_the_restart_loudly_and_writes_nothing(pipeli
     assert pipeline.open_ids() == open_before           # nothing fenced either
 
 
+@pytest.mark.full  # a report's wording after a driver crash; the unit tests check the outcome it names
 def test_a_committed_batch_whose_id_was_initialised_again_is_never_reported_lost(pipeline):  # noqa: F811
     """Batch 1 is fully committed when the driver dies before recording it done; then a
     zombie initialises one of its ids, which moves the id's epoch on. The coordinator

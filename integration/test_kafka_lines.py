@@ -26,6 +26,9 @@ def kafka(request):
     return under_test
 
 
+# Full profile: the gate's Kafka 3.9 and 4.4 cells are the 4.1 and 4.2 lines' crash tests
+# (scripts/test.sh), a pipeline through the source and the sink on each broker.
+@pytest.mark.full
 def test_batch_write_with_all_columns(spark, kafka, new_topic):
     test_sink.test_batch_write_with_all_columns(spark, kafka, new_topic)
 
@@ -53,5 +56,6 @@ def test_9_zombie_writers_are_fenced_and_never_visible(pipeline):  # noqa: F811
     crash.test_9_zombie_writers_are_fenced_and_never_visible(pipeline)
 
 
+@pytest.mark.full  # as above
 def test_restart_resumes_at_next_offset_and_group_follows(spark, kafka, new_topic, checkpoint):
     test_source.test_restart_resumes_at_next_offset_and_group_follows(spark, kafka, new_topic, checkpoint)

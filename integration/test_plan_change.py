@@ -91,6 +91,7 @@ def test_a_restart_with_another_plan_finishes_the_crashed_batch_exactly_once(pip
         time.sleep(0.5)
 
 
+@pytest.mark.full  # the gate reads grouped in the crash case above, audited record by record
 def test_a_grouped_read_equals_the_one_task_per_partition_read(spark, kafka, new_topic):
     txn, plain = new_topic(2), new_topic(3, {"retention.ms": "-1"})  # plain records are an hour old
     committed = produce_transactions(kafka.bootstrap, txn, 2)  # ends with an aborted transaction

@@ -98,7 +98,9 @@ def _package_zip(dest: Path) -> Path:
     return archive
 
 
-@pytest.mark.parametrize("route", ["shim", "register"])
+# The gate runs --py-files with register(); the shim's discovery runs there in
+# test_installed_package_is_discovered_without_register, the shim in --py-files in the full profile.
+@pytest.mark.parametrize("route", [pytest.param("shim", marks=pytest.mark.full), "register"])
 def test_spark_submit_py_files(kafka, three_records, tmp_path, route):
     """The documented --py-files routes: the package as a .zip plus either the one-file
     shim (discovered: Spark does not look inside .zip files) or an explicit register()."""

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, run_pipeline, seed
 
 RECORDS, BATCH = 600, 150
 
 
+@pytest.mark.full  # a refusal's message: the unit tests check the guard (test_replanned_batches.py)
 def test_a_written_batch_planned_again_with_other_offsets_fails_loudly(kafka, new_topic, tmp_path, warm_driver):
     input_topic, output_topic = new_topic(2, prefix="in"), new_topic(2, prefix="out")
     seed(kafka.bootstrap, input_topic, RECORDS)

@@ -192,6 +192,10 @@ def test_a_batch_job_on_a_streams_prefix_never_hides_the_streams_decision(fanout
     assert sum(v.endswith("|job") for v in values) == 10
 
 
+# Full profile: a batch job's commit point after its decision; the gate runs the stream's
+# (test_sink_crash.py test_5), a batch job on a stream's prefix above, and the app-write
+# fences without Spark (tests/test_crashed_writes.py).
+@pytest.mark.full
 def test_a_batch_job_whose_commit_fails_after_its_decision_says_so_and_a_retry_adds_nothing(kafka, new_topic,
                                                                                          tmp_path):
     topic = new_topic(2, prefix="job")

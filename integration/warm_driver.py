@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from kafka_eos_tools import faults
+from kafka_eos_tools import faults, jvm_archive
 from kafka_eos_tools.demo import processes
 
 MASTER = "local[2,3]"  # as run_pipeline passes: a failed task is retried, as on a cluster
@@ -176,7 +176,7 @@ def serve() -> int:
         answers.flush()
 
     fault_file = os.environ[faults.FILE_ENV]
-    spark = job.session(MASTER, None)
+    spark = job.session(MASTER, None, jvm_archive.java_options())
     answer({"ready": True})
     for line in sys.stdin:
         request = json.loads(line)

@@ -75,3 +75,6 @@ from kafka_eos_tools.broker import distribution
 for line in sorted(distribution.VERSIONS):
     print("kafka", distribution.VERSIONS[line], "jars:", distribution.kafka_jars(line))
 PY
+# A class-data archive of Spark's driver JVM for this venv's pyspark (kafka_eos_tools/jvm_archive.py):
+# the tests' drivers start faster with it and run as before without it, so a failure is only reported.
+"$venv/bin/python" -m kafka_eos_tools.jvm_archive || echo "setup: no JVM class archive; Spark drivers start slower" >&2

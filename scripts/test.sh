@@ -36,7 +36,7 @@ OLDER_LINES=(4.0.5 4.1.4 4.2.1)
 # The broker of one older line's tests: the gate's Kafka 3.x cell (transaction protocol
 # v1) is the 4.1 line's crash test, on an embedded Kafka 3.9 (integration/conftest.py), and
 # the newest broker's (4.4) is the 4.2 line's; integration/test_kafka_lines.py runs more of
-# the suites on 3.9 and 4.4, in the gate and the full profile.
+# the suites on 3.9 and 4.4, in the full profile.
 declare -A BROKER_OF_LINE=([4.1]=3.9 [4.2]=4.4)  # by minor line: a patch bump keeps the cell
 RESULTS=${KAFKA_EOS_RESULTS_DIR:-.kafka-eos/results}
 mkdir -p "$RESULTS"
