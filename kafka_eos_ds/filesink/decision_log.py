@@ -44,9 +44,11 @@ class FileDecisionLog:
     """The commit decisions of each writer of one sink directory, as numbered JSON files.
 
     One instance is one driver step (a planner's recovery, a commit, an abort). ``read``:
-    the number each writer's log had when this write's planner read it (carried to the
-    commit by the tasks' messages): the commit's decision goes right after it, so it is
-    refused if anything was recorded since the tasks began, a fencing claim among it."""
+    the number each writer's log had before the write staged anything (read by its
+    planner, or by each task before its first file when the planner cannot name the
+    writer; carried to the commit by the tasks' messages): the commit's decision goes
+    right after it, so it is refused if anything was recorded since, a fencing claim
+    among it."""
 
     def __init__(self, layout: Layout, store: Store | None = None, read: dict[str, int] | None = None) -> None:
         self.layout = layout
@@ -70,6 +72,10 @@ class FileDecisionLog:
     def number(self, key: str) -> int | None:
         """The number of the writer's log this step last read or wrote (None: not read)."""
         return self._seen.get(writer_dir(key))
+
+    def highest(self, writer: str) -> int:
+        """The highest number in the log of writer directory ``writer`` now (0: none yet)."""
+        return _highest(self.store, self.layout.writer(writer) / DECISIONS)
 
     def latest_of(self, kind: str) -> Decision | None:
         # Only asked by sinks whose streams share participant ids (the file sink's stage
@@ -110,7 +116,9 @@ class FileDecisionLog:
         right after the number its planner read, before its tasks staged anything, so a
         write planned before the claim is refused, and one planned after it staged its
         files after the listing (docs/dev/decisions.md, "Fencing staged files against
-        drivers that fell behind"). One claim serves every listing made before it."""
+        drivers that fell behind"; a write whose planner cannot name its writer goes right
+        after the number its first task read before staging, "Every table-sink write's
+        decision is pinned"). One claim serves every listing made before it."""
         with self._lock:
             if self._claims.get(writer, 0) > ticket:
                 return
@@ -173,16 +181,19 @@ class FileDecisionLog:
         return number, Decision.from_json(record) if record and "state" in record else None
 
     def _newest_record(self, directory: PurePath) -> tuple[int, dict[str, object] | None]:
-        numbers = _numbers(self.store.list_names(str(directory)))
-        if not numbers:
+        number = _highest(self.store, directory)
+        if not number:
             return 0, None
-        number = max(numbers)
         record: dict[str, object] = json.loads(self.store.read_text(str(directory / _name(number))))
         return number, record
 
 
 def _name(number: int) -> str:
     return f"{number:012d}.json"
+
+
+def _highest(store: Store, directory: PurePath) -> int:
+    return max(_numbers(store.list_names(str(directory))), default=0)
 
 
 def _numbers(names: list[str]) -> list[int]:

@@ -53,7 +53,8 @@ class FileSink:
         self.config = config
         self.schema = schema
         # The writer's decision number the planner's recovery ended at: the tasks hand it
-        # to the commit, whose decision must come right after it (FileDecisionLog).
+        # to the commit, whose decision must come right after it (FileDecisionLog). None
+        # when the planner cannot name the writer: each task reads it before staging.
         self.read: int | None = None
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
@@ -93,8 +94,8 @@ class FileSink:
         return write_files(self.config, task, mark, items, self.schema, self.read)
 
     def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
-        # Every task of one write was planned by one planner; the lowest number is the
-        # safe one should they ever differ.
+        # Each task's number was read before its files were staged (by the planner, or by
+        # the task itself): the lowest was read before any file of the write.
         read = min((p.handle["read"] for p in participants if p is not None and "read" in p.handle), default=None)
         pinned = {writer_dir(write.key): int(read)} if read is not None else {}
         committer = self._committer(FileDecisionLog(self.config.layout, self.config.store(), pinned))

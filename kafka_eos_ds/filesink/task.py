@@ -12,7 +12,12 @@ table is not partitioned) and writes each partition's rows to a file of its own:
 * on S3: a multipart upload at the file's final key (:mod:`.uploads`), whose last part
   pre-commit sends.
 
-The commit message names every file and where the driver puts it (:mod:`.handles`).
+The commit message names every file and where the driver puts it (:mod:`.handles`),
+and the number of the writer's decision log read before any file was staged (``read``):
+the planner's, or, when the planner cannot name the writer (a ``df.write`` inside
+``foreachBatch``, a batch job), the task's own, read before its first file. The commit
+decides right after it, so a fence that listed a file of the write and claimed the log
+refuses the write undecided (:mod:`.decision_log`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.encoding import FileEncoder, record_batches
 from kafka_eos_ds.filesink.handles import StagedFile, handle_of
 from kafka_eos_ds.filesink.layout import FileId, new_stamp
@@ -53,7 +59,7 @@ class FileCommitMessage(WriterCommitMessage):
     pending: str = ""  # relative to the sink directory
     final: str = ""
     files: tuple[dict[str, Any], ...] = ()
-    read: int | None = None  # the writer's decision number its planner read (FileDecisionLog)
+    read: int | None = None  # the writer's decision number read before staging (module docstring)
 
     def participant(self) -> Participant:
         handle: dict[str, Any] = {"files": list(self.files)} if self.files else {"pending": self.pending,
@@ -66,7 +72,8 @@ class FileCommitMessage(WriterCommitMessage):
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
                 schema: Any, read: int | None = None) -> FileCommitMessage:
     """One task: its rows in one file per partition, pre-committed; the message for the
-    driver. ``read``: the writer's decision number the planner read, passed on to the commit."""
+    driver. ``read``: the writer's decision number the planner read (None: the task reads
+    it before its first file), passed on to the commit."""
     store = config.store()
     fid = FileId.of(task.write, task.partition, task.attempt)
     # On S3 every attempt of a task uploads to the same keys: the id is the task's (:mod:`.layout`).
@@ -74,25 +81,27 @@ def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Itera
     empty = FileCommitMessage(task.write, pid, task.partition, task.attempt, 0)
     if already_decided(mark, task, items):
         return empty
-    files = TaskFiles(config, fid, schema)
+    files = TaskFiles(config, fid, schema, read)
     records = run_task(files, items, task)
     if records == 0:
         return empty
     handle = handle_of(files.staged())
     if "files" in handle:
         return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, files=tuple(handle["files"]),
-                                 read=read)
+                                 read=files.read)
     return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, handle["pending"],
-                             handle["final"], read=read)
+                             handle["final"], read=files.read)
 
 
 class TaskFiles:
-    """One task attempt's files, one per partition (a :class:`~kafka_eos_ds.twophase.TaskTransaction`)."""
+    """One task attempt's files, one per partition (a :class:`~kafka_eos_ds.twophase.TaskTransaction`).
+    ``read``: the writer's decision number read before the first file (module docstring)."""
 
-    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any) -> None:
+    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any, read: int | None = None) -> None:
         self.config = config
         self.fid = fid
         self.schema = schema
+        self.read = read
         self.store = config.store()
         self.stamp = new_stamp()
         self._files: dict[str, _FileWriter | Any] = {}  # partition directory -> its file
@@ -129,6 +138,10 @@ class TaskFiles:
         file = self._files.get(directory)
         if file is None:
             layout = self.config.layout
+            if self.read is None:
+                # Before anything of the write exists here (a file, an S3 upload): a fence
+                # that lists it claims a number above this one, which refuses the commit.
+                self.read = FileDecisionLog(layout, self.store).highest(self.fid.writer)
             if self.store.renames:
                 k = len(self._files) if self.config.partitioning.columns else None
                 file = _FileWriter(self.config.file_format, layout.in_progress(self.fid, self.stamp, k),

@@ -40,6 +40,7 @@ from tests.simulation.directed_writes import (
     finish_jobs_forget,
     foreach_batch,
     foreach_file_zombie,
+    foreach_file_zombie_abort,
     foreach_zombie_ordinal,
     stage_retry_same_id,
 )
@@ -135,4 +136,9 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "foreach-file-zombie": (foreach_file_zombie, set(),
             "fixed: a zombie file-sink driver recorded its write done over a newer decision and wrote the "
             "micro-batch again"),
+    "foreach-file-zombie-abort": (foreach_file_zombie_abort, set(),
+            "fixed: a zombie driver's abort claimed the decision log and, stalled before deleting, deleted a "
+            "df.write's staged file (inside foreachBatch) that the live driver's commit had decided meanwhile: "
+            "that decision took whatever number was free (it now goes right after the number each task read "
+            "before staging, which the claim took)"),
 }

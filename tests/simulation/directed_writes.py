@@ -50,6 +50,48 @@ def foreach_file_zombie(w: World, oracle: Oracle, rng: random.Random) -> Scenari
                     lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
 
 
+def foreach_file_zombie_abort(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """foreachBatch with one df.write into the file sink (the gate's schedule
+    foreach-batch-file seed 6, set up on purpose): the first driver stalls after committing
+    micro-batch 0's files and is replaced; the new driver's task stages micro-batch 1's
+    file and stalls; the old driver comes back, its post-commit sweep finds it fell behind,
+    and Spark's abort of its write reads the log afresh, lists the new driver's staged
+    file, claims, and stalls before deleting it; the new driver's commit runs then, and the
+    old driver deletes once that commit is decided (the new driver waiting) or has ended."""
+    task = "q.r1.b1.w0.s0.p0.a0"
+    w.plan.script = [Fault("q.r0", "fault:driver-after-all-commits", 1, STALL, 1_000_000),
+                     Fault(task, "fault:task-after-precommit", 1, STALL, 1_000_000),
+                     # its first deletion: the move of micro-batch 0's file; then the claim's
+                     # pruned decision record; then the staged file
+                     Fault("q.r0", "fs:unlink", 3, STALL, 1_000_000),
+                     # the new driver, once decided, waits for the old one to go on
+                     Fault("q.r1", "fault:driver-after-decision", 1, STALL, 1_000_000)]
+    sink = FileSink(w.root / "out")
+    q = query(w, oracle, sink, [2, 2], 1, foreach_writes=1, tasks=1)
+    q.delays = (0.5,)
+
+    def actor(name: str):  # noqa: ANN202
+        return next((a for a in w.sched.actors if a.name == name), None)
+
+    def paused(name: str) -> bool:
+        found = actor(name)
+        return found is not None and found.state == "paused"
+
+    def aborting() -> bool:  # the old driver stalls inside Spark's abort of its write
+        return paused("q.r0") and actor("q.r0").labels.get("spark:abort", 0) > 0  # type: ignore[union-attr]
+
+    def decided_or_ended() -> bool:
+        d = newest_file_decision(sink.path / "_kafka_eos" / writer_dir(f"f:{q.query_id}"))
+        live = actor("q.r1")
+        return (d is not None and d.batch_id == 1 and d.state.value == "decided") or (live is not None and live.done)
+
+    resume_when(w, "q.r0", lambda: (paused(task) and not aborting()) or (aborting() and decided_or_ended()))
+    resume_when(w, task, aborting)
+    resume_when(w, "q.r1", lambda: actor("q.r0").done)  # type: ignore[union-attr]
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q),
+                    lambda src, dst: oracle.file_final_rename(sink.path, src, dst), lambda: q.outcome)
+
+
 def concurrent_batch_jobs(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
     """Two df.write jobs on one transactionalIdPrefix: job0 stalls right after its decision
     is durable; job1 starts then, and its tasks use the same transactional ids."""

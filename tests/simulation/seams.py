@@ -97,8 +97,6 @@ class OsProxy:
         self._on_rename = on_rename
         self._on_created = on_created
         self._on_unlink = on_unlink
-        self._moving: set[str] = set()  # sources of moves between their link and their unlink
-
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -122,20 +120,15 @@ class OsProxy:
             self._on_created(str(dst))
             return
         self._w.sched.point("fs:rename", f"{os.path.basename(str(src))} -> {_short(self._w, dst)}", DRIVER_POINT)
-        self._moving.add(str(src))
         os.link(src, dst)
         self._on_rename(str(src), str(dst))
 
     def unlink(self, path: Any) -> None:
         """A file deleted (a fence, a stale decision dropped, or the second half of a move):
-        the oracle sees it before it goes, while it can still tell whether it was final
-        already. The second half of a move is a step too (a crash there leaves both names
-        on one file). Other deletions are not steps yet: with a step at every deletion the
-        gate found an open schedule (docs/dev/decisions.md, "Open: a decided file deleted
-        under a step at every deletion")."""
-        if str(path) in self._moving:
-            self._moving.discard(str(path))
-            self._w.sched.point("fs:unlink", _short(self._w, path), DRIVER_POINT)
+        a step (a driver may stall between its claim and a deletion, and a crash in a move
+        leaves both names on one file), and the oracle sees it before it goes, while it can
+        still tell whether it was final already."""
+        self._w.sched.point("fs:unlink", _short(self._w, path), DRIVER_POINT)
         self._on_unlink(str(path))
         os.unlink(path)
 

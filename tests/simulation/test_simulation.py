@@ -77,6 +77,13 @@ FOUND = {
         "crash:0@q.r2@spark:stage#1;fail:0@q.r3@fault:commit-raise#1",
         "a model error: two failed writes of different txnVersions were taken for one error repeated, so the "
         "model stopped restarting the query with a decided write unfinished"),
+    # Found by the gate's own seeds once every deletion was a step (directed
+    # foreach-file-zombie-abort sets it up on purpose).
+    "zombie-abort-deletes-a-decided-foreach-file": (
+        "foreach-batch-file", 6, "stall:387@q.r0@fault:driver-after-first-commit#1;stall:56@q.r1@fs:unlink#2;"
+        "stall:173@q.r2@fs:rename#2;crash:0@q.r3@spark:plan#2",
+        "a zombie run's abort claimed the decision log, stalled before deleting, and deleted a foreachBatch "
+        "write's staged file that the live run decided meanwhile (the write's decision is now pinned)"),
 }
 
 
