@@ -6,11 +6,16 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
+
 from integration.helpers import consume_all, create_topic, produce, unique_name
 from kafka_eos_ds.sink import list_transactions
 from kafka_eos_ds.sink import transactional_ids as ids
 
 
+# Full profile: the gate builds every client from the same settings in
+# test_driver_side_clients_are_built_with_every_setting and tests/test_client_config.py.
+@pytest.mark.full
 def test_client_id_option_works_for_the_exactly_once_sink_and_the_source(spark, kafka, new_topic):
     """kafka.client.id once failed every batch of the exactly-once sink (the coordinator
     client got two client ids)."""

@@ -88,6 +88,7 @@ def test_cli_three_brokers_start_and_stop_leave_no_process(tmp_path, kafka):
     assert not any(is_alive(pid) for pid in pids)
 
 
+@pytest.mark.full  # the harness's own broker kill; the gate's sink and source tests kill brokers through it
 def test_hard_killed_broker_restarts_and_cluster_keeps_transactions(kafka3):
     from integration.helpers import create_topic, unique_name
 

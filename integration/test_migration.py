@@ -16,9 +16,8 @@ from kafka_eos_ds.sink import list_transactions
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_tools.audit import audit
 
-# Pipelines of their own (about 1-2 minutes each): the gate runs them in its second lane,
-# which has the time (docs/dev/testing.md, "Profiles").
-pytestmark = pytest.mark.second_lane
+# No lane marker: the gate's first lane runs it (after run 17's cuts the shorter one;
+# docs/dev/decisions.md, "The gate sheds work again").
 
 HALF = 300  # 2 input partitions, 150 offsets per batch: batches 0..1 built-in, 2..3 kafka_eos
 BATCH = 150

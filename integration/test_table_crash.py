@@ -189,7 +189,9 @@ def test_5_commit_raises_and_abort_leaves_the_decided_files_alone(table_run):
     table_run.finishes_exactly_once()
 
 
-@pytest.mark.parametrize("table_run", [HDFS, S3], indirect=True)
+# Full profile on both stores: the gate resumes a killed query from a table on the local
+# store (test_table_life.py, which also checks what the killed query left staged).
+@pytest.mark.parametrize("table_run", [FULL_HDFS, S3], indirect=True)
 def test_7_checkpoint_lost_a_new_query_resumes_where_the_table_ends(table_run, tmp_path):
     # The driver dies in the middle of committing batch 1; its checkpoint is deleted; a new
     # query with a new checkpoint starts where batch 1's decision says the table ends
