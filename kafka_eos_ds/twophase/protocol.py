@@ -297,6 +297,15 @@ class Fences(Protocol):
         """Abort ``instance`` if it is still the one open under its id: True if aborted
         (now or before), False if the id moved on (begun again, or committed) since."""
 
+    def abandoned(self, write: "WriteId") -> Sequence[Instance]:
+        """The open instances of other batch jobs on this sink (not ``write``'s) that no
+        job's commit could decide any more: each too near its own timeout for the least
+        margin any job asks before it decides (``Participants.unfit``)."""
+
+    def shut_out(self, instances: Sequence[Instance]) -> None:
+        """Fence the decision writers of the writers ``instances`` belong to: a step of
+        theirs that has not written its decision yet can write none from now on."""
+
 
 class TaskTransaction(Protocol):
     """The executor side of a sink: one task attempt's work, run by :func:`~.task.run_task`."""
