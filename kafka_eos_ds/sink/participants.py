@@ -15,7 +15,10 @@ a record committed by the step's decision writer (:meth:`.KafkaDecisionLog.claim
 abort = EndTxn(abort) at that exact producer id and epoch, never InitProducerId: the
 coordinator checks a client's EndTxn against the id's current epoch, so a transaction
 begun since (a newer epoch) answers PRODUCER_FENCED, one committed since
-INVALID_TXN_STATE, and neither is touched.
+INVALID_TXN_STATE, and neither is touched. Other batch jobs' transactions that no job can
+decide any more: abandoned = ListTransactions of the prefix's job families, then
+DescribeTransactions (each one's start and timeout); shut_out = InitProducerId on those
+jobs' decision writers (never their transactions' ids).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ place that orders the steps, so every sink built on it gets the same guarantees:
   decided write;
 * recovery commits what was decided and fences everything else the writer left open;
 * with a sink's :class:`~.protocol.Fences`, every fence (recovery, the post-commit sweep,
-  ``abort`` and its grace sweeps, abandoning) aborts only the exact instances it observed,
+  ``abort`` and its grace sweeps, abandoning, a job's sweep of crashed jobs' transactions
+  that no job can decide any more) aborts only the exact instances it observed,
   and only after claiming the step's decision writer: a driver that stalled and came back
   cannot abort what a newer driver decided meanwhile (:meth:`TwoPhaseCommitter._fence`);
 * a decided participant that turns out aborted fails loudly (TransactionLostError), and

@@ -30,6 +30,8 @@ once a newer step has taken the writer over) and then aborts those instances onl
 decision a newer step writes after the claim names only instances begun after it, which
 were not observed; one written before the claim fenced this writer, and the claim fails.
 Without :class:`Fences`, ``Participants.fence`` aborts whatever is open under an id.
+Another batch job's transactions (a job whose driver died) are fenced the same way, with
+that job's decision writer shut out before the decisions are read (``Fences.shut_out``).
 """
 
 from __future__ import annotations
