@@ -32,7 +32,7 @@ def test_the_next_job_aborts_a_crashed_jobs_open_transactions(kafka, new_topic, 
                          extra_options=TIMEOUT)
     killed = time.monotonic()
     assert crashed.returncode != 0
-    left = [t for t in list_transactions({"bootstrap.servers": kafka.bootstrap}, prefix, open_only=True)]
+    left = list_transactions({"bootstrap.servers": kafka.bootstrap}, prefix, open_only=True)
     assert left, "the crashed job left no transaction open: nothing to test"
     assert end_offsets(kafka.bootstrap, topic) != end_offsets(kafka.bootstrap, topic, "read_uncommitted")
 
