@@ -42,6 +42,7 @@ from tests.simulation.directed_writes import (
     foreach_batch,
     foreach_file_zombie,
     foreach_zombie_ordinal,
+    live_job_shut_out,
     stage_retry_same_id,
 )
 from tests.simulation.invariants import Oracle
@@ -125,6 +126,9 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                            "fixed: a df.write that died after its tasks wrote left its transactions open (holding "
                            "back read_committed readers) until their timeout; the next job aborts them once no job "
                            "can decide them, never a live job's"),
+    "live-job-shut-out": (live_job_shut_out, set(),
+                          "a job stalled inside its decision write past the margin: the next job's sweep shuts its "
+                          "decision writer out before aborting its transactions, so it fails loudly, nothing visible"),
     "finish-jobs-forget": (finish_jobs_forget, set(),
             "fixed: a df.write finishing another job's decision dropped it when that failed part-way (it is "
             "recorded done, or kept)"),
