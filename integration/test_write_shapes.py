@@ -146,8 +146,9 @@ def test_a_pipeline_killed_again_and_again_keeps_both_outputs_exactly_once(fanou
 # -- several writers on one prefix -------------------------------------------------------
 
 def _batch_job(bootstrap: str, topic: str, prefix: str, first: int, rows: int, tmp_path, fault=None,
-               extra_options=()) -> subprocess.CompletedProcess:
-    """A df.write job in its own driver (so a driver fault can hit it): ids ``first..``."""
+               extra_options=(), gate=None) -> subprocess.CompletedProcess:
+    """A df.write job in its own driver (so a driver fault can hit it): ids ``first..``;
+    ``gate``: the file a ``gate`` fault creates and waits on."""
     script = tmp_path / f"job-{first}-{int(time.time() * 1000)}.py"
     script.write_text(textwrap.dedent(f"""
         from pyspark.sql import SparkSession
@@ -167,7 +168,8 @@ def _batch_job(bootstrap: str, topic: str, prefix: str, first: int, rows: int, t
     env = {k: v for k, v in os.environ.items() if k not in faults.environment("", "", "")}
     env["PYSPARK_PYTHON"] = sys.executable
     if fault:
-        env.update(faults.environment(fault, None, str(tmp_path / f"counts-{script.stem}")))
+        env.update(faults.environment(fault, None if gate is None else str(gate),
+                                      str(tmp_path / f"counts-{script.stem}")))
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env,
                           cwd=str(Path(__file__).resolve().parents[1]), start_new_session=True)
 

@@ -30,7 +30,12 @@ from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
-from kafka_eos_ds.sink.participants import KafkaFences, KafkaTransactions, commit_time_needed_s
+from kafka_eos_ds.sink.participants import (
+    MIN_COMMIT_TIMEOUT_MS,
+    KafkaFences,
+    KafkaTransactions,
+    commit_time_needed_s,
+)
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
@@ -248,7 +253,7 @@ def sink_of(schema: StructType, options: Mapping[str, Any]) -> KafkaSink:
             _CHECKED.move_to_end(key)
     if checked is None:
         config = SinkConfig.from_options(options, schema)  # a refusal is never kept: it is raised each time
-        timeout_ms = Options(options).get_int("commitTimeoutMs", 120_000, minimum=1000) or 120_000
+        timeout_ms = Options(options).get_int("commitTimeoutMs", 120_000, minimum=MIN_COMMIT_TIMEOUT_MS) or 120_000
         checked = (config, timeout_ms / 1000)
         with _checked_lock:
             _CHECKED[key] = checked

@@ -15,7 +15,10 @@ a record committed by the step's decision writer (:meth:`.KafkaDecisionLog.claim
 abort = EndTxn(abort) at that exact producer id and epoch, never InitProducerId: the
 coordinator checks a client's EndTxn against the id's current epoch, so a transaction
 begun since (a newer epoch) answers PRODUCER_FENCED, one committed since
-INVALID_TXN_STATE, and neither is touched.
+INVALID_TXN_STATE, and neither is touched. Other batch jobs' transactions that no job can
+decide any more: abandoned = ListTransactions of the prefix's job families, then
+DescribeTransactions (each one's start and timeout); shut_out = InitProducerId on those
+jobs' decision writers (never their transactions' ids).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from kafka_eos_ds.kafka.coordinator import (
 )
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
-from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S, KafkaDecisionLog
+from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S, WRITER_TIMEOUT_MS, KafkaDecisionLog
 from kafka_eos_ds.sink.messages import TransactionHandle
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Instance, Outcome, Participant
@@ -56,6 +59,14 @@ _MOVED_ON = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER
 # The last producer epoch a transaction can run under: the broker gives an id a new
 # producer id when it initialises it at this epoch (Short.MaxValue - 1).
 LAST_EPOCH = 32766
+
+# Every batch job's family (identity.Kind.JOB).
+_JOBS = "j*"
+
+
+# The least 'commitTimeoutMs' a sink accepts: every job's commit asks at least
+# commit_time_needed_s of it before it decides (KafkaTransactions.abandoned).
+MIN_COMMIT_TIMEOUT_MS = 1000
 
 
 def commit_time_needed_s(commit_timeout_s: float) -> float:
@@ -203,6 +214,33 @@ class KafkaTransactions:
         TransactionCoordinator._raise_for(code, f"EndTxn(abort) of {instance.id} at producer {pid} epoch {epoch}")
         return code == NONE
 
+    def abandoned(self, write: WriteId) -> list[Instance]:
+        """The Ongoing instances of other batch jobs' families (``j…``, not ``write``'s)
+        with less time left before their timeout than any job's commit asks before it
+        decides (:func:`commit_time_needed_s` of the least 'commitTimeoutMs', at most half
+        the timeout, as in ``unfit``): no job can decide them any more. Counted on the
+        broker's clock (the start) against ours, as ``unfit`` is."""
+        listed = self.coordinator.list_transactions(transactional_ids.pattern(self.prefix, _JOBS))
+        ids = [tid for tid, _pid, state in listed
+               if state == TxnStatus.ONGOING and transactional_ids.in_families(self.prefix, tid, _JOBS)
+               and not transactional_ids.in_families(self.prefix, tid, write.family)]
+        now_ms = time.time() * 1000
+        least_s = commit_time_needed_s(MIN_COMMIT_TIMEOUT_MS / 1000)
+        return [Instance(tid, f"{state.producer_id}/{state.producer_epoch}")
+                for tid, state in self.coordinator.describe_many(ids).items()
+                if state is not None and state.state == TxnStatus.ONGOING and state.start_time_ms >= 0
+                and state.timeout_ms > 0
+                and state.start_time_ms + state.timeout_ms - now_ms < min(least_s * 1000, state.timeout_ms / 2)]
+
+    def shut_out(self, instances: Sequence[Instance]) -> None:
+        """InitProducerId on the decision writer of each family of ``instances``: a write
+        (or the claim) of that writer's current producer fails from now on."""
+        families = sorted({parsed.family for i in instances
+                           if (parsed := transactional_ids.parse(self.prefix, i.id)) is not None})
+        for family in families:
+            self.coordinator.fence(transactional_ids.decision_writer(self.prefix, family),
+                                   min(WRITER_TIMEOUT_MS, self.transaction_timeout_ms))
+
     def superseded(self, participant: Participant) -> Sequence[str]:
         # Also for a participant without a transaction of its own (no rows): the
         # earlier attempts of its task may still hold theirs open.
@@ -252,6 +290,12 @@ class KafkaFences:
 
     def abort_exact(self, instance: Instance) -> bool:
         return self.transactions.abort_exact(instance)
+
+    def abandoned(self, write: WriteId) -> list[Instance]:
+        return self.transactions.abandoned(write)
+
+    def shut_out(self, instances: Sequence[Instance]) -> None:
+        self.transactions.shut_out(instances)
 
 
 def _warn_last_epoch(participants: Sequence[Participant]) -> None:

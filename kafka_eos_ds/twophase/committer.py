@@ -9,7 +9,8 @@ place that orders the steps, so every sink built on it gets the same guarantees:
   decided write;
 * recovery commits what was decided and fences everything else the writer left open;
 * with a sink's :class:`~.protocol.Fences`, every fence (recovery, the post-commit sweep,
-  ``abort`` and its grace sweeps, abandoning) aborts only the exact instances it observed,
+  ``abort`` and its grace sweeps, abandoning, a job's sweep of crashed jobs' transactions
+  that no job can decide any more) aborts only the exact instances it observed,
   and only after claiming the step's decision writer: a driver that stalled and came back
   cannot abort what a newer driver decided meanwhile (:meth:`TwoPhaseCommitter._fence`);
 * a decided participant that turns out aborted fails loudly (TransactionLostError), and
@@ -191,6 +192,46 @@ class TwoPhaseCommitter:
                 self._record(key, decision.with_state(_final_state(exc)))
                 raise
 
+    def _fence_abandoned_jobs(self, write: WriteId) -> None:
+        """Abort the open transactions of other batch jobs that no job can decide any more
+        (a driver that died after its tasks wrote: they hold back every ``read_committed``
+        reader of their partitions until the broker's timeout). Clean-up, best effort: this
+        job's own write does not depend on it.
+
+        Validate, then act exactly (:meth:`_fence`), with the other jobs' decision writers
+        as the token: the step observes the instances past the least margin any job's
+        commit asks (``Fences.abandoned``), shuts their writers out (a job whose commit
+        step began before can decide nothing any more; one that begins after refuses them,
+        too old), then reads the decided decisions, which are therefore complete, and
+        aborts the observed instances that none of them names. A live job that is shut out
+        fails before its decision: nothing of it becomes visible (docs/dev/decisions.md,
+        "A crashed df.write's open transactions are fenced by the next job")."""
+        fences = self.fences
+        if fences is None:
+            return
+        try:
+            found: Sequence[Instance] = self._retrying(lambda: fences.abandoned(write),
+                                                       "Could not describe other jobs' open transactions",
+                                                       then=_RESTART)
+            if not found:
+                return
+            self._retrying(lambda: fences.shut_out(found), "Could not fence other jobs' commit-log writers",
+                           then=_RESTART)
+            decided = {p.id for _key, decision in self._read(lambda: self.decisions.unfinished(Kind.JOB.value))
+                       for p in decision.participants}
+            targets = [i for i in found if i.id not in decided]
+            if not targets:
+                return
+            log.warning("aborting %d transaction(s) of crashed batch jobs, too near their timeout for any job to "
+                        "commit: %s", len(targets), ", ".join(i.id for i in targets))
+            self._retrying(lambda: fences.claim(targets), "Could not claim the commit-log writer before aborting",
+                           then=_RESTART)
+            with ThreadPoolExecutor(min(self.parallelism, len(targets))) as pool:
+                list(pool.map(self._abort_exact, targets))
+        except KafkaEosError as exc:
+            log.warning("could not abort other batch jobs' open transactions (the broker aborts them at their "
+                        "timeout): %s", exc)
+
     def _record(self, key: str, decision: Decision) -> None:
         self._retrying(lambda: self.decisions.write(key, decision),
                        f"Could not record how job {key}'s commit ended", then=_RESTART)
@@ -217,6 +258,7 @@ class TwoPhaseCommitter:
             stream_target(own, self._read(lambda: self.decisions.latest_of(Kind.STREAM.value)), write.app)
         if write.kind is Kind.JOB:
             self._finish_jobs()
+            self._fence_abandoned_jobs(write)
         plan = plan_write(own, write, messages, progress)
         if plan.noop:
             log.info("batch %s of %s already committed", batch, write.app)

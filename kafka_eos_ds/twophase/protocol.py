@@ -30,6 +30,8 @@ once a newer step has taken the writer over) and then aborts those instances onl
 decision a newer step writes after the claim names only instances begun after it, which
 were not observed; one written before the claim fenced this writer, and the claim fails.
 Without :class:`Fences`, ``Participants.fence`` aborts whatever is open under an id.
+Another batch job's transactions (a job whose driver died) are fenced the same way, with
+that job's decision writer shut out before the decisions are read (``Fences.shut_out``).
 """
 
 from __future__ import annotations
@@ -296,6 +298,15 @@ class Fences(Protocol):
     def abort_exact(self, instance: Instance) -> bool:
         """Abort ``instance`` if it is still the one open under its id: True if aborted
         (now or before), False if the id moved on (begun again, or committed) since."""
+
+    def abandoned(self, write: "WriteId") -> Sequence[Instance]:
+        """The open instances of other batch jobs on this sink (not ``write``'s) that no
+        job's commit could decide any more: each too near its own timeout for the least
+        margin any job asks before it decides (``Participants.unfit``)."""
+
+    def shut_out(self, instances: Sequence[Instance]) -> None:
+        """Fence the decision writers of the writers ``instances`` belong to: a step of
+        theirs that has not written its decision yet can write none from now on."""
 
 
 class TaskTransaction(Protocol):

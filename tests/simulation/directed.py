@@ -32,6 +32,7 @@ from tests.simulation.directed_streams import (
 from tests.simulation.directed_writes import (
     app_retry_after_decision,
     concurrent_batch_jobs,
+    crashed_job_fenced,
     file_crash_inside_rename,
     file_zombie_decision,
     file_zombie_driver_recovery,
@@ -42,6 +43,7 @@ from tests.simulation.directed_writes import (
     foreach_file_zombie,
     foreach_file_zombie_abort,
     foreach_zombie_ordinal,
+    live_job_shut_out,
     stage_retry_same_id,
 )
 from tests.simulation.invariants import Oracle
@@ -121,6 +123,13 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                                "the zombie recorded that it skipped a write the other committed; the other's next "
                                "write read that record, counted itself as the run's first write again and skipped "
                                "itself, its rows lost (each record now keeps every run's ordinal)"),
+    "crashed-job-fenced": (crashed_job_fenced, set(),
+                           "fixed: a df.write that died after its tasks wrote left its transactions open (holding "
+                           "back read_committed readers) until their timeout; the next job aborts them once no job "
+                           "can decide them, never a live job's"),
+    "live-job-shut-out": (live_job_shut_out, set(),
+                          "a job stalled inside its decision write past the margin: the next job's sweep shuts its "
+                          "decision writer out before aborting its transactions, so it fails loudly, nothing visible"),
     "finish-jobs-forget": (finish_jobs_forget, set(),
             "fixed: a df.write finishing another job's decision dropped it when that failed part-way (it is "
             "recorded done, or kept)"),

@@ -4,6 +4,7 @@ the file sink's zombie drivers (the table of all directed schedules: :mod:`.dire
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from kafka_eos_ds.filesink.layout import writer_dir
 from tests.simulation.directed_streams import query, resume_when
@@ -278,3 +279,93 @@ def app_retry_after_decision(w: World, oracle: Oracle, rng: random.Random) -> Sc
 
     return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in runs))
 
+
+
+def crashed_job_fenced(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """df.write job1 dies after its tasks wrote, before its decision: its transactions stay
+    open. 35 s later (of their 60 s timeout: past the least margin any job's commit asks)
+    job0 commits on the prefix while job2, a live job whose transactions are young, stalls
+    before its decision until job0 is done. job0 aborts job1's transactions (before their
+    timeout), never job2's: job2 commits all of its rows."""
+    w.plan.script = [Fault("job1", "fault:driver-before-decision", 1, CRASH),
+                     Fault("job2", "fault:driver-before-decision", 1, STALL, 1_000_000)]
+    sink = KafkaSink(out_partitions=2)
+    sink.setup(w, oracle)
+    jobs = [BatchJob(w, oracle, "job1", sink, [(0, 0), (1, 0)], 2, "job1"),
+            BatchJob(w, oracle, "job0", sink, [(0, 1)], 1, "job0"),
+            BatchJob(w, oracle, "job2", sink, [(1, 1), (0, 2)], 2, "job2")]
+    coordinator = w.cluster.coordinator
+    left_open: list = []
+    cleanup = [""]
+    resume_when(w, "job2", lambda: jobs[1].outcome != "not run")
+
+    def ongoing() -> set:
+        return {(tid, m.producer_id, m.epoch) for tid, m in coordinator.txns.items() if m.state.name == "ONGOING"}
+
+    def main() -> None:
+        jobs[0].supervise()
+        crashed = ongoing()
+        w.clock.advance(35_000)
+        live = w.sched.spawn("job2.user", jobs[2].supervise, "user")
+        w.sched.wait_until(lambda: bool(ongoing() - crashed))  # job2's tasks have opened theirs
+        jobs[1].supervise()
+        left_open.extend(sorted(crashed & ongoing()))
+        w.sched.wait_until(lambda: live.done)
+        cleanup[0] = run_cleanup(w, oracle, sink)
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+        oracle.check_decided()
+        cleanup_check(oracle, cleanup[0])
+        assert jobs[0].outcome != "ok", jobs[0].outcome
+        assert not left_open, f"the crashed job's transactions were still open after the next job: {left_open}"
+        assert jobs[2].outcome == "ok", f"the live job was harmed: {jobs[2].outcome}"
+
+    return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs) + f",cleanup {cleanup[0]}")
+
+
+def live_job_shut_out(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """df.write job1 checks its transactions just inside the margin (29.5 s old of their
+    60 s timeout) and stalls as its decision write begins (a write already open would
+    hold back job0's read of the log until the broker aborts it); 1.5 s later job0 commits on the
+    prefix, finds them past the margin, shuts job1's decision writer out and aborts them.
+    job1 comes back: its decision must not land (without the shut-out it did, and the
+    decided write was lost); it fails loudly before deciding, nothing of it visible."""
+    w.plan.script = [Fault("job1", "fault:driver-before-decision", 1, STALL, 1_000_000),
+                     Fault("job1", "kafka:AddPartitionsToTxn", 1, STALL, 1_000_000)]
+    sink = KafkaSink(out_partitions=2)
+    sink.setup(w, oracle)
+    jobs = [BatchJob(w, oracle, "job1", sink, [(0, 0), (1, 0)], 2, "job1"),
+            BatchJob(w, oracle, "job0", sink, [(0, 1)], 1, "job0")]
+    cleanup = [""]
+
+    def job1() -> Any:
+        return next((a for a in w.sched.actors if a.name == "job1"), None)
+
+    def stalled_at(label: str) -> bool:
+        actor = job1()
+        return actor is not None and actor.state == "paused" and actor.labels.get(label, 0) >= 1
+
+    def main() -> None:
+        user = w.sched.spawn("job1.user", jobs[0].supervise, "user")
+        w.sched.wait_until(lambda: stalled_at("fault:driver-before-decision"))
+        w.clock.advance(29_400)
+        w.sched.resume(job1())
+        w.sched.wait_until(lambda: stalled_at("kafka:AddPartitionsToTxn"))
+        w.clock.advance(1_500)
+        jobs[1].supervise()
+        w.sched.resume(job1())
+        w.sched.wait_until(lambda: user.done)
+        cleanup[0] = run_cleanup(w, oracle, sink)
+
+    def finals() -> None:
+        visible = sink.visible(w, oracle)
+        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+        oracle.check_atomic("job1", jobs[0].values(), {v for values in visible.values() for v in values})
+        oracle.check_decided()
+        cleanup_check(oracle, cleanup[0])
+        assert jobs[0].outcome.startswith("failed") and "Lost" not in jobs[0].outcome, jobs[0].outcome
+        assert jobs[1].outcome == "ok", jobs[1].outcome
+
+    return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs) + f",cleanup {cleanup[0]}")
