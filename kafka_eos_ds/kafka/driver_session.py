@@ -1,5 +1,5 @@
 """The driver process's clients (the transaction-coordinator client, the sink's metadata
-client), kept from one driver step to the next.
+client, the commit log's two readers), kept from one driver step to the next.
 
 Spark runs a query's driver steps (the planner's recovery, each batch's commit, an abort)
 in Python workers that it keeps for later steps (``spark.python.worker.reuse``, on by
@@ -80,13 +80,14 @@ class ClientSessions:
     @contextlib.contextmanager
     def session(self, conf: Mapping[str, Any], factory: Callable[[Mapping[str, Any]], T],
                 start: Callable[[Callable[[], T]], T] | None = None,
-                on_reuse: Callable[[T], None] | None = None) -> Iterator[T]:
+                on_reuse: Callable[[T], None] | None = None, kind: Any = None) -> Iterator[T]:
         """A client of ``factory`` for ``conf``: the one kept from an earlier step (after
         ``on_reuse(client)``; if that raises, the client is closed and replaced), or a new
         one (built through ``start(build)``, e.g. with the caller's retries). One step
         holds it at a time; it is kept again when the step ends without an error and
-        closed when the step raises."""
-        key = (factory, fingerprint(conf))
+        closed when the step raises. ``kind`` (default: ``factory``) names what is built,
+        where the factory is a bound method built anew by every step."""
+        key = (factory if kind is None else kind, fingerprint(conf))
         kept = self._take(key)
         if kept is not None and on_reuse is not None:
             try:

@@ -30,6 +30,7 @@ to reach its high watermark: a read sees everything committed before it started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import zlib
@@ -37,6 +38,7 @@ from typing import Any, Callable, Mapping
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
+from kafka_eos_ds.kafka.driver_session import SESSIONS
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
@@ -93,6 +95,8 @@ class KafkaDecisionLog:
         self._producer: Any = None
         self._first: Any = None  # the producer fenced when the step began: the one a claim must use
         self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
+        self._held = contextlib.ExitStack()  # the process's kept readers, given back at close
+        self._doubt: BaseException | None = None  # a read failed: its readers are closed, not kept
         self._partitions: int | None = None
         self._partition: int | None = None  # where this prefix's decisions are, once looked up
 
@@ -322,7 +326,11 @@ class KafkaDecisionLog:
             self._partition = hashed
             return None
         except KafkaException as exc:
+            self._doubt = exc
             raise client_error(f"Reading the commit log '{self.topic}' failed", exc, self._conf) from exc
+        except BaseException as exc:
+            self._doubt = exc
+            raise
 
     def _decode(self, record_key: bytes, value: bytes) -> Decision:
         try:
@@ -334,12 +342,22 @@ class KafkaDecisionLog:
 
     def _consumers(self) -> tuple[ConsumerLike, ConsumerLike]:
         """A read_committed consumer (reads, and the last stable offset) and a
-        read_uncommitted one (the high watermark)."""
+        read_uncommitted one (the high watermark).
+
+        Both are the driver process's, kept from earlier steps by their full settings
+        (:data:`~kafka_eos_ds.kafka.driver_session.SESSIONS`, as the coordinator client
+        is): building them cost each step two clients' bootstrap and group-coordinator
+        lookups. Only the clients are kept, never what they read: every read asks the
+        offsets again and fetches again (docs/dev/decisions.md, "The commit log is read
+        afresh by every read"). A reader is unassigned after each read, so a kept one
+        fetches nothing between steps; after a failed read both are closed."""
         if self._readers is None:
             def consumer(isolation: str) -> ConsumerLike:
-                return self._clients.consumer(client_config(self._conf, "commit_log", **{
+                conf = client_config(self._conf, "commit_log", **{
                     "group.id": reader_group(self.prefix), "enable.auto.commit": False,
-                    "isolation.level": isolation, "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
+                    "isolation.level": isolation, "fetch.wait.max.ms": 10, "enable.partition.eof": True})
+                return self._held.enter_context(SESSIONS.session(conf, self._clients.consumer,
+                                                                 kind=(type(self._clients), "log consumer")))
 
             self._readers = (consumer("read_committed"), consumer("read_uncommitted"))
         return self._readers
@@ -366,10 +384,18 @@ class KafkaDecisionLog:
 
     def _read_window(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, Any, int]]:
         """``(offset, key, value, timestamp ms)`` of the committed records in ``[start, end)``."""
-        from confluent_kafka import KafkaError, TopicPartition
+        from confluent_kafka import TopicPartition
 
         consumer = self._consumers()[0]
         consumer.assign([TopicPartition(self.topic, partition, start)])
+        try:
+            return self._fetch(consumer, end)
+        finally:
+            consumer.unassign()  # a kept reader fetches nothing until the next read assigns it
+
+    def _fetch(self, consumer: ConsumerLike, end: int) -> list[tuple[int, bytes, Any, int]]:
+        from confluent_kafka import KafkaError
+
         records: list[tuple[int, bytes, Any, int]] = []
         while True:
             msg: Any = consumer.poll(10)  # a record, or an error event (whose offset is None)
@@ -390,9 +416,13 @@ class KafkaDecisionLog:
     def close(self) -> None:
         # Every write committed or aborted its transaction before returning: nothing to flush.
         self._producer = self._first = None
-        readers, self._readers = self._readers, None
-        for consumer in readers or ():
-            consumer.close()
+        self._readers = None
+        doubt, self._doubt = self._doubt, None
+        held, self._held = self._held, contextlib.ExitStack()
+        if doubt is None:
+            held.close()  # the readers are kept for the process's next step
+        else:
+            held.__exit__(type(doubt), doubt, doubt.__traceback__)  # the sessions close them
 
 
 def _writer_timeout_ms(conf: Mapping[str, Any]) -> int:

@@ -124,11 +124,16 @@ class ModelConsumer:
     """A confluent-kafka ``Consumer`` that only assigns (never subscribes), on the model."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
-        self.world = sim.world()
         self.committed_only = str(conf.get("isolation.level", "read_committed")) == "read_committed"
         self.group = str(conf.get("group.id", ""))
         self._assigned: tuple[str, int, int] | None = None
         self._queue: list[_Message] | None = None
+
+    @property
+    def world(self) -> Any:
+        """The current run's world: the driver process keeps its log readers from step to
+        step (``decision_log._consumers``), here across runs too."""
+        return sim.world()
 
     def get_watermark_offsets(self, partition: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
         log = self.world.cluster.log(partition.topic, partition.partition)
@@ -165,6 +170,9 @@ class ModelConsumer:
         if not self._queue:
             return None
         return self._queue.pop(0)
+
+    def unassign(self) -> None:
+        self._assigned = self._queue = None
 
     def consumer_group_metadata(self) -> str:
         """The group, for the producer's send_offsets_to_transaction (no membership)."""
