@@ -46,7 +46,10 @@ def java_options(base: str = "") -> str:
     archive = archive_file()
     if os.environ.get("KAFKA_EOS_JVM_ARCHIVE") == "0" or not archive.is_file():
         return base
-    return f"{base} -XX:SharedArchiveFile={archive}".strip()
+    # Silent when the archive does not fit (a JVM with other jars first on its class path,
+    # as spark-submit's Connect server): Java's warning goes to stdout, where a driver's
+    # parent may read its answers.
+    return f"{base} -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off".strip()
 
 
 def _java_version() -> str:
