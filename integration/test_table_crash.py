@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import shutil
 import uuid
 from pathlib import Path
@@ -34,7 +35,6 @@ pytestmark = pytest.mark.storage  # starts HDFS, a metastore or MinIO: the gate'
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from integration.helpers import produce  # noqa: E402
 from integration.sink_runs import assert_crashed, run_pipeline, seed  # noqa: E402
 from integration.tables import Table, newest_decision, s3_options  # noqa: E402
 from kafka_eos_ds.filesink.layout import query_token, writer_dir  # noqa: E402
@@ -203,31 +203,48 @@ def test_7_checkpoint_lost_a_new_query_resumes_where_the_table_ends(table_run, t
     table_run.finishes_exactly_once(checkpoint=tmp_path / "checkpoint-2", resume=True)
 
 
+@pytest.mark.parametrize("takeover", [False, True], ids=["restart", "new-query"])
 @pytest.mark.parametrize("table_run", [FULL_HDFS, S3], indirect=True)
-def test_9_zombie_files_never_become_final(table_run):
-    table_run.finishes_exactly_once()
+def test_9_zombie_files_never_become_final(table_run, tmp_path, takeover):
+    # Batch 1 is decided and partly committed when the driver dies: the step that finishes
+    # it (the restart's recovery, or a new query taking the table over) is the only one
+    # that could make a zombie's file final.
+    assert_crashed(table_run.run("driver-after-first-commit@1"))
     table = table_run.table
-    finals = table.finals()
     query = table_run.query()
     writer, token = writer_dir(f"q:{query}"), query_token(query)
+    decision = newest_decision(table, writer)
+    assert decision is not None and (decision["batchId"], decision["state"]) == (1, "decided"), decision
     body = io.BytesIO()
     pq.write_table(pa.table({"key": [b"k"], "value": ["999999|ZOMBIE"]}), body)
     if table_run.s3 is not None:
-        # A zombie task of batch 1 (an earlier run or stage attempt) still uploading: its
-        # multipart upload at a final key of the query, never completed.
+        # A zombie attempt of each decided task, still uploading: a second multipart upload
+        # at the task's final key (completed already, or still to complete), which no
+        # commit message names.
         client, bucket, prefix = table._s3()
-        key = f"{prefix}/dt=1999-01-01/shard=0/part-00001-00000-{writer}-{token}.parquet"
-        upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
-        client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=body.getvalue())
-        assert table.uploads() != []
+        keys = table.uploads()
+        open_uploads = len(keys)
+        assert open_uploads > 0
+        keys += [f"{prefix}/{name}" for name in table.finals() if posixpath.basename(name).startswith("part-00001-")]
+        for key in keys:
+            upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+            client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=body.getvalue())
+        assert len(table.uploads()) == open_uploads + len(keys)
     else:
         # Zombies of the query under its own staging: an in-progress file, a pending one of
-        # another attempt, and one of a decided task (the same id as the winner, its own stamp).
-        for sub, name in (("in-progress", f"{token}-1-0-0.0000aaaa.0.parquet"),
-                          ("pending", f"{token}-1-1-3.0000bbbb.0.parquet"),
-                          ("pending", f"{token}-1-0-0.0000cccc.0.parquet")):
+        # another attempt, and one under each decided task's id (the committed task's and
+        # the one still pending), each with its own stamp.
+        assert table.pending() != []
+        zombies = [("in-progress", f"{token}-1-0-0.0000aaaa.0.parquet"),
+                   ("pending", f"{token}-1-1-3.0000bbbb.0.parquet")]
+        zombies += [("pending", f"{token}-1-{t['partition']}-{t['attempt']}.0000cccc.0.parquet")
+                    for t in decision["transactions"]]
+        for sub, name in zombies:
             table.write(f"_kafka_eos/{writer}/{sub}/{name}", body.getvalue())
-    # They stay invisible; the next batch's recovery (more input arrives) removes them.
-    produce(table_run.bootstrap, table_run.input, [f"{i}|record {i}".encode() for i in range(RECORDS, RECORDS + 10)])
-    table_run.finishes_exactly_once(RECORDS + 10)
-    assert set(finals) < set(table.finals())  # old finals untouched, new ones added
+    if takeover:
+        # The checkpoint is lost: a new query resumes from the table, finishes batch 1 for
+        # the dead query, and once its first batch is done deletes what that query staged.
+        shutil.rmtree(table_run.checkpoint)
+        table_run.finishes_exactly_once(checkpoint=tmp_path / "checkpoint-2", resume=True)
+    else:
+        table_run.finishes_exactly_once()  # a zombie row in a final file, or a zombie left staged, fails it
