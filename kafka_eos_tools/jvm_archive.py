@@ -28,15 +28,18 @@ from kafka_eos_tools.broker.maven import cache_root
 
 
 def archive_file() -> Path:
-    """The archive for this Python's pyspark and the ``java`` Spark will start."""
+    """The archive for this Python's pyspark and the ``java`` Spark will start. Keyed by
+    what the JVM checks before it maps one: the JDK, and each jar's path, size and time
+    (another venv's pyspark, even of the same version, is another class path)."""
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = (Path(pyspark.__file__).parent / "jars").resolve()
     key = hashlib.sha256()
     key.update(pyspark.__version__.encode())
     key.update(_java_version().encode())
     for name in sorted(os.listdir(jars)) if jars.is_dir() else []:
-        key.update(name.encode())
+        stat = (jars / name).stat()
+        key.update(f"{jars / name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return cache_root() / "jvm-archive" / f"spark-{pyspark.__version__}-{key.hexdigest()[:16]}.jsa"
 
 
