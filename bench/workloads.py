@@ -41,13 +41,16 @@ def _streaming(query, started: float) -> Timing:
                   {name: [d[name] for d in batches if name in d] for name in {n for d in batches for n in d}})
 
 
-def _reader(spark, fmt: str, bootstrap: str, topic: str, max_offsets: int | None = None):
+def _reader(spark, fmt: str, bootstrap: str, topic: str, max_offsets: int | None = None,
+            options: dict | None = None):
     # read_committed for both connectors (kafka_eos's default), so both do the same work.
     reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest")
               .option("kafka.isolation.level", "read_committed"))
     if max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    for k, v in (options or {}).items():
+        reader = reader.option(k, str(v))
     return reader.load()
 
 
@@ -88,13 +91,18 @@ def sink_write(spark, fmt: str, bootstrap: str, records: int, size: int, out_top
 
 def pipeline(spark, fmt: str, bootstrap: str, topic: str, out_topic: str, max_offsets: int,
              commits: CommitLog | None = None, source: str | None = None, guarantee: str = "exactly_once",
-             **_) -> Timing:
+             source_options: dict | None = None, coalesce: int | None = None, **_) -> Timing:
     """Kafka -> Spark -> Kafka with AvailableNow in batches of ``max_offsets`` records:
     kafka_eos source into the kafka_eos sink (exactly-once, or ``guarantee``), or the
     built-in source into the built-in (at-least-once) sink; ``source`` overrides the
-    source (the floors: either source into a Python sink that writes nothing)."""
+    source (the floors: either source into a Python sink that writes nothing);
+    ``source_options`` are the source's (e.g. kafka_eos's plan), ``coalesce`` groups the
+    loaded rows into that many tasks (``.coalesce(n)`` after ``load()``)."""
     source = source or (EOS if fmt != BUILTIN else BUILTIN)
-    df = _reader(spark, source, bootstrap, topic, max_offsets).selectExpr("key", "value")
+    df = _reader(spark, source, bootstrap, topic, max_offsets, source_options)
+    if coalesce:
+        df = df.coalesce(coalesce)
+    df = df.selectExpr("key", "value")
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
         writer = (df.writeStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
                   .option("topic", out_topic).option("checkpointLocation", ckpt).trigger(availableNow=True))
