@@ -18,12 +18,12 @@ from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
 from kafka_eos_ds.filesink.layout import Layout, writer_dir
-from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.storage.s3 import S3Store
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, Kind, WriteId, faults
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 from tests.test_file_sink_table_life import FakeS3Client
+from tests.test_file_sink_zombies import DeletePaused
 
 SPEC = WriteSpec.for_batch({}.get, "job-1")  # no txnAppId: the planner names no writer
 FOREACH = WriteId(Kind.FOREACH, "query", 2, run="run-b", job="job-1")  # the live run's write
@@ -61,19 +61,6 @@ def _commit_and_pause(sink: FileSink, write: WriteId, msg) -> None:
 def _nothing_decided(layout: Layout, key: str) -> None:
     latest = FileDecisionLog(layout).latest(key)
     assert latest is None or latest.state != DECIDED, f"decided on a file the zombie deleted: {latest}"
-
-
-class DeletePaused(LocalStore):
-    """A store whose first deletion of a staged file first runs ``before``."""
-
-    def __init__(self, before) -> None:
-        self.before = before
-
-    def delete(self, path: str) -> None:
-        if self.before is not None and "/decisions/" not in path:
-            before, self.before = self.before, None
-            before()
-        super().delete(path)
 
 
 def _config(tmp_path, store=None) -> FileSinkConfig:
