@@ -26,6 +26,8 @@ from pathlib import Path
 
 from kafka_eos_tools.broker.maven import cache_root
 
+KEEP = 8  # archives kept in the cache: four pyspark lines of two checkouts
+
 
 def archive_file() -> Path:
     """The archive for this Python's pyspark and the ``java`` Spark will start. Keyed by
@@ -81,7 +83,16 @@ def build() -> Path | None:
                          f"{done.stdout[-2000:]}{done.stderr[-2000:]}\n")
         return None
     os.replace(partial, archive)  # whole or absent: a JVM never maps a half-written file
+    _prune(archive.parent)
     return archive
+
+
+def _prune(directory: Path) -> None:
+    """Keep the newest ``KEEP`` archives: each clone's venv is another class path, and
+    each archive about 160 MB."""
+    archives = sorted(directory.glob("*.jsa"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for old in archives[KEEP:]:
+        old.unlink(missing_ok=True)
 
 
 def _warm_up(partial: str, work: str) -> None:
