@@ -16,8 +16,9 @@ from kafka_eos_ds.sink import list_transactions
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_tools.audit import audit
 
-# No lane marker: the gate's first lane runs it (after run 17's cuts the shorter one;
-# docs/dev/decisions.md, "The gate sheds work again").
+# Pipelines of their own (about 2 minutes): the gate runs it in its second lane, which
+# run 17 measured the shorter (docs/dev/testing.md, "Runs of the gate").
+pytestmark = pytest.mark.second_lane
 
 HALF = 300  # 2 input partitions, 150 offsets per batch: batches 0..1 built-in, 2..3 kafka_eos
 BATCH = 150
