@@ -41,8 +41,6 @@ from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStr
 if TYPE_CHECKING:
     from kafka_eos_ds.storage.s3 import S3Store
 
-_SETUP = NOTHING_DECIDED
-
 
 class FileSink:
     """One ``format("kafka_eos_file")`` directory's steps; picklable (it travels to the tasks)."""
@@ -130,7 +128,7 @@ class FileSink:
         self._committer().abort(write, participants, fallback)
 
     def _retry(self, call: Callable[[], Any], failure: str) -> Any:
-        return retrying(call, failure, self.config.commit_timeout_s, then=_SETUP)
+        return retrying(call, failure, self.config.commit_timeout_s, then=NOTHING_DECIDED)
 
     def _committer(self, decisions: FileDecisionLog | None = None) -> TwoPhaseCommitter:
         """One driver step's committer; its decision log (one per step) also guards every

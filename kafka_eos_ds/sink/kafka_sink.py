@@ -46,7 +46,6 @@ from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
 log = logging.getLogger(__name__)
-_SETUP = NOTHING_DECIDED
 
 
 class KafkaSink:
@@ -226,7 +225,7 @@ class KafkaSink:
                 decisions.close()
 
     def _retry(self, call: Any, failure: str) -> Any:
-        return retrying(call, failure, self.commit_timeout_s, then=_SETUP)
+        return retrying(call, failure, self.commit_timeout_s, then=NOTHING_DECIDED)
 
     def _progress(self, write: WriteId) -> dict[str, Any] | None:
         group = self.config.source_group_id

@@ -224,10 +224,7 @@ class TwoPhaseCommitter:
                 return
             log.warning("aborting %d transaction(s) of crashed batch jobs, too near their timeout for any job to "
                         "commit: %s", len(targets), ", ".join(i.id for i in targets))
-            self._retrying(lambda: fences.claim(targets), "Could not claim the commit-log writer before aborting",
-                           then=_RESTART)
-            with ThreadPoolExecutor(min(self.parallelism, len(targets))) as pool:
-                list(pool.map(self._abort_exact, targets))
+            self._claim_and_abort(targets)
         except KafkaEosError as exc:
             log.warning("could not abort other batch jobs' open transactions (the broker aborts them at their "
                         "timeout): %s", exc)
@@ -610,8 +607,14 @@ class TwoPhaseCommitter:
         targets: Sequence[Instance] = self._retrying(lambda: fences.observe(ids),
                                                      "Could not describe the sink's open transactions",
                                                      then=_RESTART)
-        if not targets:
-            return
+        if targets:
+            self._claim_and_abort(targets)
+
+    def _claim_and_abort(self, targets: Sequence[Instance]) -> None:
+        """Claim the step's decision writer, then abort the observed ``targets`` exactly
+        (nothing if the claim fails: a newer step took the writer over)."""
+        fences = self.fences
+        assert fences is not None
         self._retrying(lambda: fences.claim(targets), "Could not claim the commit-log writer before aborting",
                        then=_RESTART)
         faults.check("driver-after-claim")
