@@ -17,6 +17,7 @@ or missing archive costs speed, never a result.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -29,6 +30,7 @@ from kafka_eos_tools.broker.maven import cache_root
 KEEP = 8  # archives kept in the cache: four pyspark lines of two checkouts
 
 
+@functools.lru_cache(maxsize=1)  # a JVM's start and a stat of every jar: once per process, not per driver
 def archive_file() -> Path:
     """The archive for this Python's pyspark and the ``java`` Spark will start. Keyed by
     what the JVM checks before it maps one: the JDK, and each jar's path, size and time
