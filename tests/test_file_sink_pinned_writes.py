@@ -19,11 +19,11 @@ from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
 from kafka_eos_ds.filesink.layout import Layout, writer_dir
 from kafka_eos_ds.storage.s3 import S3Store
-from kafka_eos_ds.twophase import DECIDED, DONE, Decision, Kind, WriteId, faults
+from kafka_eos_ds.twophase import DECIDED, DONE, Decision, Kind, WriteId
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 from tests.test_file_sink_table_life import FakeS3Client
-from tests.test_file_sink_zombies import DeletePaused
+from tests.test_file_sink_zombies import DeletePaused, commit_paused
 
 SPEC = WriteSpec.for_batch({}.get, "job-1")  # no txnAppId: the planner names no writer
 FOREACH = WriteId(Kind.FOREACH, "query", 2, run="run-b", job="job-1")  # the live run's write
@@ -31,31 +31,11 @@ ZOMBIE = WriteId(Kind.FOREACH, "query", 1, run="run-a", job="job-0")  # a zombie
 JOB = WriteId(Kind.JOB, "job-1", 0, job="job-1")
 
 
-class Paused(Exception):
-    """The live driver stops right after its decision is durable."""
-
-
-def _pause_after_decision(name: str, *, batch=None, partition=None, attempt=None) -> None:
-    if name == "driver-after-decision":
-        raise Paused(name)
-
-
 def _staged(sink: FileSink, write: WriteId) -> object:
     """The planner (it recovers nothing: it cannot name the writer), then one task."""
     mark = sink.prepare(SPEC)
     assert sink.read is None
     return sink.write(Task(write, 0, 0), mark, iter([pa.RecordBatch.from_pydict({"id": [1, 2, 3]})]))
-
-
-def _commit_and_pause(sink: FileSink, write: WriteId, msg) -> None:
-    """The live driver's commit, run while the zombie is between its claim and its deletion."""
-    faults.install(_pause_after_decision)
-    try:
-        sink.commit(write, [msg.participant()])
-    except (Paused, TransactionError) as exc:
-        assert isinstance(exc, Paused) or "fell behind" in str(exc), exc
-    finally:
-        faults.install(None)
 
 
 def _nothing_decided(layout: Layout, key: str) -> None:
@@ -79,7 +59,7 @@ def test_a_foreach_batch_write_staged_before_a_zombies_claim_is_never_decided(tm
     layout = Layout(tmp_path)
     live = FileSink(_config(tmp_path), None)
     msg = _staged(live, FOREACH)
-    zombie = FileSink(_config(tmp_path, DeletePaused(lambda: _commit_and_pause(live, FOREACH, msg))), None)
+    zombie = FileSink(_config(tmp_path, DeletePaused(lambda: commit_paused(live, FOREACH, msg))), None)
     zombie.abort(ZOMBIE, [], SPEC)
     _nothing_decided(layout, FOREACH.key)
     assert not list(tmp_path.glob("part-*"))
@@ -148,7 +128,7 @@ def test_on_s3_a_foreach_batch_upload_started_before_a_zombies_claim_is_never_de
     live = FileSink(config(), None)
     msg = _staged(live, FOREACH)
     assert len(client.open_uploads) == 1
-    client.before = lambda: _commit_and_pause(live, FOREACH, msg)
+    client.before = lambda: commit_paused(live, FOREACH, msg)
     FileSink(config(), None).abort(ZOMBIE, [], SPEC)
     assert client.before is None and not client.open_uploads  # the zombie aborted the upload
     latest = FileDecisionLog(layout, store).latest(FOREACH.key)

@@ -4,11 +4,14 @@ and a driver's own write is never taken for another driver's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
 from kafka_eos_ds.errors import StorageError, TransactionError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.file_sink import FileSink
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
@@ -82,6 +85,18 @@ def _pause_at(point: str):
         if name == point:
             raise Paused(name)
     return hook
+
+
+def commit_paused(sink: FileSink, write: WriteId, msg: Any) -> None:
+    """The live driver's commit, run while a zombie is between its claim and its deletion:
+    refused as fallen behind, or stopped right after its decision is durable."""
+    faults.install(_pause_at("driver-after-decision"))
+    try:
+        sink.commit(write, [msg.participant()])
+    except (Paused, TransactionError) as exc:
+        assert isinstance(exc, Paused) or "fell behind" in str(exc), exc
+    finally:
+        faults.install(None)
 
 
 def _newer_driver_decides(layout: Layout, batch: int, stamp: str) -> list[Participant]:
@@ -181,7 +196,6 @@ def test_a_write_planned_before_a_fencing_claim_is_never_decided(tmp_path):
     decision goes after the number its planner read, which the claim took: refused, so
     nothing decided is deleted."""
     from kafka_eos_ds.filesink.config import FileSinkConfig
-    from kafka_eos_ds.filesink.file_sink import FileSink
     from kafka_eos_ds.twophase.identity import WriteSpec
     from kafka_eos_ds.twophase.writers import Task
 
@@ -194,17 +208,9 @@ def test_a_write_planned_before_a_fencing_claim_is_never_decided(tmp_path):
     msg = sink.write(Task(app, 0, 0), mark, iter([pa.RecordBatch.from_pydict({"id": [1, 2, 3]})]))
     assert msg.participant().handle["read"] == 1
 
-    def commit_and_pause() -> None:
-        faults.install(_pause_at("driver-after-decision"))
-        try:
-            sink.commit(app, [msg.participant()])
-        except (Paused, TransactionError) as exc:
-            assert isinstance(exc, Paused) or "fell behind" in str(exc), exc
-        finally:
-            faults.install(None)
-
     zombie_log = FileDecisionLog(layout)
-    zombie = TwoPhaseCommitter(zombie_log, FileParticipants(layout, DeletePaused(commit_and_pause), zombie_log),
+    zombie_store = DeletePaused(lambda: commit_paused(sink, app, msg))
+    zombie = TwoPhaseCommitter(zombie_log, FileParticipants(layout, zombie_store, zombie_log),
                                streams_share_ids=False, sleep=lambda _s: None)
     zombie.recover(app)
     # No decision names the deleted file: the next run of version 1 starts clean.
@@ -253,7 +259,6 @@ def test_a_driver_alone_claims_nothing_and_each_write_takes_the_number_after_its
     """Steady state: nothing staged is left to delete, so no claim; each write's decision
     and done record are the two numbers after the one its planner read."""
     from kafka_eos_ds.filesink.config import FileSinkConfig
-    from kafka_eos_ds.filesink.file_sink import FileSink
     from kafka_eos_ds.twophase.identity import WriteSpec
     from kafka_eos_ds.twophase.writers import Task
 

@@ -10,7 +10,7 @@ from kafka_eos_ds.filesink.layout import writer_dir
 from tests.simulation.directed_streams import query, resume_when
 from tests.simulation.faults import CRASH, FAIL, SPARK, STALL, Fault
 from tests.simulation.invariants import Oracle, newest_file_decision
-from tests.simulation.scenario import Scenario, check_stream, cleanup_check, run_cleanup
+from tests.simulation.scenario import Scenario, check_jobs, check_stream, run_cleanup
 from tests.simulation.sinks import FileSink, KafkaSink
 from tests.simulation.spark_jobs import BatchJob
 from tests.simulation.world import World
@@ -112,10 +112,7 @@ def concurrent_batch_jobs(w: World, oracle: Oracle, rng: random.Random) -> Scena
         cleanup[0] = run_cleanup(w, oracle, sink)
 
     def finals() -> None:
-        visible = sink.visible(w, oracle)
-        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
-        oracle.check_decided()
-        cleanup_check(oracle, cleanup[0])
+        check_jobs(w, oracle, sink, jobs, cleanup[0])
 
     return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs) + f",cleanup {cleanup[0]}")
 
@@ -138,12 +135,8 @@ def finish_jobs_forget(w: World, oracle: Oracle, rng: random.Random) -> Scenario
         cleanup[0] = run_cleanup(w, oracle, sink)
 
     def finals() -> None:
-        visible = sink.visible(w, oracle)
-        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
-        shown = {v for values in visible.values() for v in values}
-        oracle.check_atomic("job1", jobs[0].values(), shown)
-        oracle.check_decided()
-        cleanup_check(oracle, cleanup[0])
+        visible = check_jobs(w, oracle, sink, jobs, cleanup[0])
+        oracle.check_atomic("job1", jobs[0].values(), {v for values in visible.values() for v in values})
 
     return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs) + f",cleanup {cleanup[0]}")
 
@@ -314,10 +307,7 @@ def crashed_job_fenced(w: World, oracle: Oracle, rng: random.Random) -> Scenario
         cleanup[0] = run_cleanup(w, oracle, sink)
 
     def finals() -> None:
-        visible = sink.visible(w, oracle)
-        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
-        oracle.check_decided()
-        cleanup_check(oracle, cleanup[0])
+        check_jobs(w, oracle, sink, jobs, cleanup[0])
         assert jobs[0].outcome != "ok", jobs[0].outcome
         assert not left_open, f"the crashed job's transactions were still open after the next job: {left_open}"
         assert jobs[2].outcome == "ok", f"the live job was harmed: {jobs[2].outcome}"
@@ -360,11 +350,8 @@ def live_job_shut_out(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
         cleanup[0] = run_cleanup(w, oracle, sink)
 
     def finals() -> None:
-        visible = sink.visible(w, oracle)
-        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+        visible = check_jobs(w, oracle, sink, jobs, cleanup[0])
         oracle.check_atomic("job1", jobs[0].values(), {v for values in visible.values() for v in values})
-        oracle.check_decided()
-        cleanup_check(oracle, cleanup[0])
         assert jobs[0].outcome.startswith("failed") and "Lost" not in jobs[0].outcome, jobs[0].outcome
         assert jobs[1].outcome == "ok", jobs[1].outcome
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tests.simulation.invariants import Oracle
 from tests.simulation.model.coordinator import SHORT_MAX
@@ -49,6 +49,16 @@ def cleanup_check(oracle: Oracle, outcome: str) -> None:
         return
     rule = "lost-forever" if "TransactionLostError" in outcome else "stuck"
     oracle.fail(rule, f"a df.write on the prefix after the faults failed three times: {outcome}")
+
+
+def check_jobs(w: World, oracle: Oracle, sink: Any, jobs: Sequence[BatchJob], cleanup: str) -> dict:
+    """The after-schedule checks of batch jobs on one sink (each job's rows all visible if it
+    succeeded, decisions kept, the clean-up's ``cleanup`` outcome); what is visible."""
+    visible = sink.visible(w, oracle)
+    oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+    oracle.check_decided()
+    cleanup_check(oracle, cleanup)
+    return visible
 
 
 def check_stream(w: World, oracle: Oracle, q: StreamQuery, jobs: list[BatchJob] = ()) -> None:

@@ -29,7 +29,7 @@ import random
 from typing import Any, Callable
 
 from tests.simulation.invariants import Oracle
-from tests.simulation.scenario import Scenario, check_stream, cleanup_check, epochs, run_cleanup
+from tests.simulation.scenario import Scenario, check_jobs, check_stream, cleanup_check, epochs, run_cleanup
 from tests.simulation.sinks import FileSink, KafkaSink, other_sink
 from tests.simulation.spark_jobs import BatchJob, loud_partial
 from tests.simulation.spark_shapes import StreamQuery
@@ -144,14 +144,11 @@ def _batch(w: World, oracle: Oracle, rng: random.Random, concurrent: bool = Fals
         cleanup[0] = run_cleanup(w, oracle, sink)
 
     def finals() -> None:
-        visible = sink.visible(w, oracle)
-        oracle.check_outputs(visible, {j.label: j.values() for j in jobs}, {j.label: j.outcome == "ok" for j in jobs})
+        visible = check_jobs(w, oracle, sink, jobs, cleanup[0])
         shown = {v for values in visible.values() for v in values}
         for job in jobs:
             if not loud_partial(job.outcome):
                 oracle.check_atomic(job.label, job.values(), shown)
-        oracle.check_decided()
-        cleanup_check(oracle, cleanup[0])
 
     return Scenario(main, finals, outcome=lambda: ",".join(j.outcome for j in jobs))
 
