@@ -179,4 +179,5 @@ cat "$summary"
 echo "wall time: $(( $(date +%s) - started ))s, set-up included"
 total() { grep -oE "[0-9]+ $1" "$summary" | awk '{n += $1} END {print n + 0}'; }
 echo "matrix: $(total passed) passed, $(( $(total failed) + $(total error) )) failed, $(total skipped) skipped"
+[ "${#xml_files[@]}" -eq 0 ] || .venv/bin/python scripts/times.py --failures "${xml_files[@]}"
 exit "$failed"

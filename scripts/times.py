@@ -8,6 +8,11 @@ One table per file (a file is one pytest run; scripts/test.sh names them
 run, slowest module first. A test's seconds are pytest's: setup, call and teardown, so a
 module's row includes the fixtures it started (a session fixture counts where it was
 first used).
+
+    scripts/times.py --failures .kafka-eos/results/junit-*.xml
+
+Each failed test of those runs on one line, with the first line of its failure: CI keeps
+only the end of a run's output, and scripts/test.sh prints this last.
 """
 
 from __future__ import annotations
@@ -64,14 +69,38 @@ def table(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def failures(path: Path) -> list[str]:
+    root = ET.parse(path).getroot()
+    run = path.stem.removeprefix("junit-")
+    found = []
+    for case in root.iter("testcase"):
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        if failure is None:
+            continue
+        message = (failure.get("message") or failure.text or "").strip().splitlines()
+        first = message[0][:300] if message else ""
+        test = f"{module_of(case.get('classname', ''))}::{case.get('name', '')}"
+        found.append(f"FAILED [{run}] {test}: {first}")
+    return found
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    list_failures = argv[0] == "--failures"
+    if list_failures:
+        argv = argv[1:]
     missing = [a for a in argv if not Path(a).is_file()]
     if missing:
         print(f"times: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
+    if list_failures:
+        for line in (line for a in argv for line in failures(Path(a))):
+            print(line)
+        return 0
     print("\n".join(table(Path(a)) for a in argv), end="")
     return 0
 
