@@ -1,7 +1,7 @@
-"""The chaos scenarios at two scales: reduced (bounded, a few minutes each: CI's gate runs
-them) and full (at least the scale of Kafka's own transactions system test: 3 brokers,
-RF 3, min ISR 2, >= 100,000 input records, hard and clean bounces of driver, workers and
-brokers; marked ``full`` in integration/test_chaos.py).
+"""The chaos scenarios, at full scale: at least the scale of Kafka's own transactions
+system test (3 brokers, RF 3, min ISR 2, >= 100,000 input records, hard and clean bounces
+of driver, workers and brokers; marked ``full`` in integration/test_chaos.py), and Spark's
+built-in sink's reduced run beside them for comparison.
 """
 
 from __future__ import annotations
@@ -23,13 +23,6 @@ class Scenario:
 _MIXED = ["driver-hard", "worker-hard", "driver-inbatch", "broker-hard", "driver-clean", "broker-clean"]
 
 PROFILES = {
-    "reduced": [
-        Scenario("2->3 partitions, mixed bounces", 20_000, 2, 3, _MIXED, max_offsets=2000),
-        Scenario("1->1 partition, order kept", 8_000, 1, 1, ["driver-hard", "worker-hard"], max_offsets=1000),
-        Scenario("shuffle before the sink", 8_000, 2, 3, ["driver-hard"], shuffle=True, max_offsets=1000),
-        Scenario("checkpoint lost", 8_000, 2, 3, ["checkpoint-lost", "driver-inbatch", "checkpoint-lost"],
-                 max_offsets=1000),
-    ],
     # ``records`` is the least input: the run keeps feeding IN while bounces remain
     # (InputFeeder), so a fast run cannot drain its input before its last bounce.
     "full": [
@@ -46,10 +39,6 @@ PROFILES = {
 
 # Spark's built-in sink (at-least-once) under the same kind of run, for comparison: its
 # duplicates are counted, not asserted. Kills aimed inside a batch are what it replays.
-# Its batches run faster than the exactly-once sink's; 200 offsets per batch in the full
-# run give it about as many batches per bounce.
 BUILTIN = {
     "reduced": Scenario("built-in sink, driver-inbatch x3", 8_000, 2, 3, ["driver-inbatch"] * 3, max_offsets=1000),
-    "full": Scenario("built-in sink, 2->3 partitions, mixed bounces", 100_000, 2, 3, _MIXED * 3, max_offsets=200),
 }
-
