@@ -98,6 +98,12 @@ def _embedded(tmp_path_factory: pytest.TempPathFactory, brokers: int,
     try:
         yield KafkaUnderTest(cluster.start(), "embedded", brokers, cluster)
     finally:
+        # The sinks run in this process too keep their driver clients between steps
+        # (kafka_eos_ds/kafka/driver_session.py); closed first, they do not reconnect to
+        # the stopped brokers and log every refused connection until the process exits.
+        from kafka_eos_ds.kafka.driver_session import SESSIONS
+
+        SESSIONS.close()
         cluster.stop()
 
 
