@@ -72,8 +72,10 @@ def test_s3_store_creates_small_files_only_once_and_completes_uploads_once(s3):
 def test_the_store_passes_the_create_if_absent_probe_and_the_probe_leaves_nothing(s3):
     bucket = s3.new_bucket()
     config = FileSinkConfig.from_options({"path": f"s3a://{bucket}/lake/probed", **s3_options(s3)}, SCHEMA)
-    check_writable(config.layout, config.store())  # a store ignoring If-None-Match: * raises ConfigError
+    # A store ignoring If-None-Match: * on PutObject or CompleteMultipartUpload raises ConfigError.
+    check_writable(config.layout, config.store())
     assert config.store().list_names("/lake/probed/_kafka_eos") == []
+    assert Table(f"s3a://{bucket}/lake/probed", s3).uploads() == []  # the completion probe's upload is gone
 
 
 def test_the_sinks_steps_on_s3_commit_each_upload_once_and_never_a_zombies(s3, monkeypatch):

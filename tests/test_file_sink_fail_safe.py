@@ -12,7 +12,7 @@ from hmsclient.genthrift.hive_metastore import ttypes
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
-from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
@@ -155,6 +155,54 @@ def test_a_store_that_honours_create_if_absent_passes_the_probe(tmp_path):
     store = FlakyStore()
     _sink(tmp_path, store).prepare(WriteSpec(False, "job"))
     assert store.puts == 2  # created, then refused the second time
+
+
+class UploadingStore(FlakyStore):
+    """A store that completes uploads, as S3 does, over a local directory; ``honours``:
+    whether completing an upload where an object is refuses (``If-None-Match: *`` on
+    CompleteMultipartUpload) or replaces it. Uploads left open are in ``open_uploads``."""
+
+    renames = False
+
+    def __init__(self, honours: bool) -> None:
+        super().__init__()
+        self.honours = honours
+        self.open_uploads: dict[str, list[bytes]] = {}
+
+    def start_upload(self, path: str, metadata: dict[str, str]) -> str:
+        upload = f"upload-{len(self.open_uploads)}"
+        self.open_uploads[upload] = []
+        return upload
+
+    def upload_part(self, path: str, upload: str, number: int, body: bytes) -> str:
+        self.open_uploads[upload].append(body)
+        return f"etag-{number}"
+
+    def complete(self, path: str, upload: str, parts: list[tuple[int, str]]) -> None:
+        if self.honours and os.path.exists(path):
+            raise FileExistsError(path)  # refused: the upload stays open, as on S3
+        with open(path, "wb") as fh:
+            fh.write(b"".join(self.open_uploads.pop(upload)))
+
+    def abort(self, path: str, upload: str) -> None:
+        self.open_uploads.pop(upload, None)
+
+
+def test_a_store_that_ignores_create_if_absent_on_completion_is_refused_before_anything_is_written(tmp_path):
+    store = UploadingStore(honours=False)
+    config = FileSinkConfig.from_options({"path": str(tmp_path / "out")})
+    with pytest.raises(ConfigError, match="'path'.*If-None-Match.*CompleteMultipartUpload.*docs/file-sink.md") as info:
+        check_writable(config.layout, store)
+    assert not info.value.retriable
+    assert store.puts == 2  # PutObject's condition held: refused the second time
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()] and store.open_uploads == {}
+
+
+def test_a_store_that_honours_create_if_absent_on_completion_passes_the_probe_and_leaves_nothing(tmp_path):
+    store = UploadingStore(honours=True)
+    config = FileSinkConfig.from_options({"path": str(tmp_path / "out")})
+    check_writable(config.layout, store)
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()] and store.open_uploads == {}
 
 
 # -- a partition the metastore refuses --------------------------------------------

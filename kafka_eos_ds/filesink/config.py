@@ -7,7 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, cast
 from urllib.parse import unquote, urlparse
 
 from kafka_eos_ds.errors import ConfigError, StorageError
@@ -15,6 +15,9 @@ from kafka_eos_ds.filesink.layout import EXTENSIONS, Layout, remote_root
 from kafka_eos_ds.filesink.partitions import Partitioning
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.storage import HDFS, S3, StorageOptions, Store, locate
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.storage.s3 import S3Store
 
 FILE_FORMATS = tuple(EXTENSIONS)
 _SUPPORTED = ("a local directory path (/data/out, relative paths are resolved on the driver) or a file: URI "
@@ -176,29 +179,49 @@ def check_writable(layout: Layout, store: Store | None = None) -> None:
         assert store is not None
         probe = str(layout.staging / f".probe-{uuid.uuid4().hex}")
         try:
-            refused = _refuses_a_second_create(store, probe)
+            ignored = _ignored_create_if_absent(store, probe)
         except (StorageError, PermissionError) as exc:
             if isinstance(exc, StorageError) and exc.retriable:
                 raise
             raise ConfigError(f"Option 'path' = '{where}' cannot be written: {exc}") from exc
-        if not refused:
+        if ignored is not None:
             raise ConfigError(f"Option 'path' = '{where}': the store replaced a file that a create-if-absent "
-                              "write found there (S3: it ignores 'If-None-Match: *' on PutObject). The sink's "
+                              f"write found there (S3: it ignores 'If-None-Match: *' on {ignored}). The sink's "
                               "exactly-once steps need a store that refuses it (412 Precondition Failed); see "
                               "docs/file-sink.md, 'The same on S3'.")
     _WRITABLE.add(where)
 
 
-def _refuses_a_second_create(store: Store, probe: str) -> bool:
-    """Create ``probe`` only if absent, twice: whether the store refused the second."""
+def _ignored_create_if_absent(store: Store, probe: str) -> str | None:
+    """Create ``probe`` only if absent, twice, and on a store that completes uploads
+    (S3) complete an upload over it too: the call whose condition the store ignored
+    (it replaced the probe), or None when it refused both."""
     store.put(probe, b"", new=True)
     try:
-        store.put(probe, b"x", new=True)
+        try:
+            store.put(probe, b"x", new=True)
+            return "PutObject"
+        except FileExistsError:
+            pass
+        if store.renames:
+            return None
+        # The commit's never-replace rule stands on the completion's condition, which a
+        # store can honour on PutObject and ignore here.
+        return None if _refuses_a_completion_over(cast("S3Store", store), probe) else "CompleteMultipartUpload"
+    finally:
+        store.delete(probe)
+
+
+def _refuses_a_completion_over(store: S3Store, probe: str) -> bool:
+    """Complete a one-part upload at ``probe``, which exists: whether the store refused."""
+    upload = store.start_upload(probe, {})
+    try:
+        store.complete(probe, upload, [(1, store.upload_part(probe, upload, 1, b"x"))])
         return False
     except FileExistsError:
         return True
     finally:
-        store.delete(probe)
+        store.abort(probe, upload)
 
 
 def _check_local(root: Path, layout: Layout) -> None:
