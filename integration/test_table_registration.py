@@ -1,0 +1,73 @@
+"""Two writers of one table register the same new partitions at once (real Hive
+metastore): each batch job commits, every partition is registered once, and every row is
+in the table once. A unique-key clash between the two registrations is retried by the
+sink, never taken for a refusal of the partition."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = pytest.mark.storage  # starts a metastore: the gate's second lane
+
+pytest.importorskip("hmsclient", reason="the metastore client is not installed (pip install -e '.[hive]')")
+
+from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
+
+from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
+from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
+from kafka_eos_ds.twophase import Kind, WriteId  # noqa: E402
+from kafka_eos_ds.twophase.identity import WriteSpec  # noqa: E402
+from kafka_eos_ds.twophase.writers import Task  # noqa: E402
+
+SCHEMA = StructType([StructField("id", LongType()), StructField("country", StringType())])
+WRITERS, ROUNDS, PARTITIONS = 4, 3, 12  # one call registers twelve: a wide window for a clash
+
+
+def test_writers_registering_one_new_partition_at_once_each_commit_and_register_it_once(metastore, tmp_path):
+    from hmsclient import hmsclient
+    from hmsclient.genthrift.hive_metastore.ttypes import Database
+
+    db = f"lake_{uuid.uuid4().hex[:8]}"
+    host, port = metastore.host_port
+    with hmsclient.HMSClient(host=host, port=port) as client:
+        client.create_database(Database(name=db, description="", locationUri=(tmp_path / "db").as_uri(),
+                                         parameters={}))
+    options = {"path": str(tmp_path / "events"), "partitionBy": "country", "table": f"{db}.events",
+               "hive.metastore.uris": metastore.uri}
+    errors: list[BaseException] = []
+
+    def job(writer: int, round_: int, countries: list[str], start: threading.Barrier) -> None:
+        try:
+            sink = FileSink(FileSinkConfig.from_options(options, SCHEMA), SCHEMA)
+            name = f"job-{round_}-{writer}"
+            mark = sink.prepare(WriteSpec.for_batch({}.get, name))
+            write = WriteId(Kind.JOB, name, 0, job=name)
+            ids = [round_ * 1000 + writer * 100 + n for n in range(len(countries))]
+            rows = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
+                                               "country": pa.array(countries, pa.string())})
+            message = sink.write(Task(write, 0, 0), mark, iter([rows])).participant()
+            start.wait(30)  # every writer's first registration of the round at once
+            sink.commit(write, [message])
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread below
+            errors.append(exc)
+
+    # Each round: partitions no writer has registered yet, the same for every writer.
+    for round_ in range(ROUNDS):
+        countries = [f"r{round_}c{n:02d}" for n in range(PARTITIONS)]
+        start = threading.Barrier(WRITERS)
+        threads = [threading.Thread(target=job, args=(w, round_, countries, start)) for w in range(WRITERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+    with hmsclient.HMSClient(host=host, port=port) as client:
+        names = list(client.get_partition_names(db, "events", -1))
+    assert len(names) == len(set(names)) == PARTITIONS * ROUNDS, names
+    ids = pq.read_table(str(tmp_path / "events")).column("id").to_pylist()  # "_kafka_eos" is skipped
+    assert len(ids) == len(set(ids)) == WRITERS * ROUNDS * PARTITIONS
