@@ -22,7 +22,7 @@ import time
 import uuid
 
 from bench.run import percentile
-from integration.helpers import create_topic
+from kafka_eos_tools.topics import create_topic
 
 
 def commit_latency(bootstrap: str, transactions: int, repeats: int) -> list[float]:

@@ -46,7 +46,7 @@ def child(spec: dict) -> dict:
     from bench import formats
     from bench import workloads as w
     from bench.run import _spark
-    from integration.helpers import consume_all
+    from kafka_eos_tools.topics import consume_all
 
     spark = _spark(spec["jars"])
     session_s = time.perf_counter() - _STARTED
@@ -171,8 +171,8 @@ def main(argv=None) -> int:
     from bench.cluster import bench_kafka
     from bench.latency import VARIANTS
     from bench.run import _seeded_topic
-    from integration.builtin_kafka import builtin_kafka_jars
-    from integration.helpers import create_topic
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.topics import create_topic
 
     jars, connector = builtin_kafka_jars()
     runs: list[dict] = []

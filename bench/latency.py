@@ -34,7 +34,7 @@ from pathlib import Path
 from bench import formats
 from bench import workloads as w
 from bench.run import percentile
-from integration.helpers import create_topic
+from kafka_eos_tools.topics import create_topic
 
 VARIANTS = {"kafka_eos exactly_once": w.EOS, "builtin": w.BUILTIN}
 
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
 
     from bench.cluster import bench_kafka
     from bench.run import _spark
-    from integration.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
 
     def log(line: str) -> None:
         print(line, flush=True)

@@ -37,7 +37,7 @@ from pathlib import Path
 from bench import formats
 from bench import workloads as w
 from bench.memory import WorkerMemory
-from integration.helpers import create_topic, produce
+from kafka_eos_tools.topics import create_topic, produce
 
 # Sink workloads by the columns they write (workloads.sink_write's ``columns``).
 SINK_COLUMNS = {"sink": "key,value", "sink value": "value", "sink headers": "key,value,headers"}
@@ -484,7 +484,7 @@ def charts(rows: list[dict], out: Path, profile: Profile) -> list[Path]:
 
 def _spark(jars: str, baseline_rev: str | None = None):
     import kafka_eos_ds
-    from integration.conftest import spark_builder
+    from kafka_eos_tools.spark_session import spark_builder
 
     spark = (spark_builder("kafka-eos-bench", jars).config("spark.driver.memory", "2g")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
@@ -526,7 +526,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     def log(s):
         return print(s, flush=True)
-    from integration.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
 
     jars, connector = builtin_kafka_jars()
     cluster = None

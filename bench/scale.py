@@ -49,7 +49,7 @@ from bench import formats
 from bench import workloads as w
 from bench.cluster import bench_kafka
 from bench.run import FLOOR_BUILTIN, FLOOR_EOS, percentile
-from integration.helpers import create_topic, produce
+from kafka_eos_tools.topics import create_topic, produce
 
 EOS, BUILTIN, ALO = "kafka_eos exactly_once", "builtin", "kafka_eos at_least_once"
 # The goal settings also run what the misses are measured against: the sink's own
@@ -373,7 +373,7 @@ def main(argv=None) -> int:
     import pyspark
 
     from bench.run import _spark
-    from integration.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
 
     if args.plans:
         counts = args.plan_partitions or ("4,64" if args.quick else "4,16,64,256,1000")

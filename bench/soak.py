@@ -50,8 +50,8 @@ from pathlib import Path
 
 from bench.latency import _read_out, _send_steadily, start_query
 from bench.memory import _is_worker, _rss_bytes
-from integration.helpers import create_topic
 from kafka_eos_tools.demo.processes import descendants
+from kafka_eos_tools.topics import create_topic
 
 MB = 1024 * 1024
 WORKER_LIMIT_MB = 500
@@ -256,7 +256,7 @@ def main(argv=None) -> int:
 
     from bench.cluster import bench_kafka
     from bench.run import _spark
-    from integration.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
 
     def log(line: str) -> None:
         print(line, flush=True)

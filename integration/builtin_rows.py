@@ -85,8 +85,8 @@ class BuiltinConnector:
 
 
 def main() -> None:
-    from integration.builtin_kafka import builtin_kafka_jars
-    from integration.conftest import spark_builder
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.spark_session import spark_builder
 
     jars, version = builtin_kafka_jars()
     spark = spark_builder("builtin-kafka-rows", jars).getOrCreate()

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -24,9 +22,9 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from integration import storage
-from integration.helpers import create_topic, unique_name
 from integration.warm_driver import WarmDriver
-from kafka_eos_tools import jvm_archive
+from kafka_eos_tools.spark_session import spark_builder
+from kafka_eos_tools.topics import create_topic, unique_name
 
 
 @dataclass
@@ -157,33 +155,6 @@ def new_topic(kafka: KafkaUnderTest) -> Callable[..., str]:
         return create_topic(kafka.bootstrap, unique_name(prefix), partitions, kafka.replication(), config)
 
     return make
-
-
-def spark_builder(app: str = "kafka-eos-tests", jars: str | None = None):
-    """A local[2] SparkSession builder sized for a 2-core machine."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.python.worker.reuse", "true")
-        # An idle query reports progress every second (run_to_end waits for it).
-        .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
-        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="kafka-eos-wh-"))
-    )
-    java_options = jvm_archive.java_options()
-    if java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", java_options)
-    if jars:
-        builder = builder.config("spark.jars", jars)
-    return builder
 
 
 @pytest.fixture(scope="session")

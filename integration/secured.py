@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from integration.helpers import create_topic, unique_name
 from kafka_eos_tools.broker.cluster import EmbeddedKafka
 from kafka_eos_tools.broker.security import USERS
+from kafka_eos_tools.topics import create_topic, unique_name
 
 COMMIT_LOG = "_kafka_eos_commit_log"
 # The sink reads its commit log with a consumer of this group (assigned partitions, no

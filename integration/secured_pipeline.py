@@ -25,11 +25,11 @@ def main(spec_path: str) -> int:
     # Spark's Python workers; everything else Python logs goes there too.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
-    from integration.conftest import spark_builder
+    from kafka_eos_tools.spark_session import spark_builder
 
     jars = None
     if spec["format"] == "kafka":
-        from integration.builtin_kafka import builtin_kafka_jars
+        from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
 
         jars = builtin_kafka_jars()[0]
     spark = spark_builder("kafka-eos-secured", jars).getOrCreate()

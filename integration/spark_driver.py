@@ -64,7 +64,7 @@ class SparkDriver:
 
 
 def _serve(conf: dict[str, str]) -> None:
-    from integration.conftest import spark_builder
+    from kafka_eos_tools.spark_session import spark_builder
 
     builder = spark_builder("kafka-eos-storage")
     for key, value in conf.items():

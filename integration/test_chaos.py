@@ -91,7 +91,7 @@ def test_builtin_sink_under_the_same_crashes(kafka3, tmp_path, profile, scenario
     Its duplicate count is reported, not asserted to be any number (it depends on where
     the kills land); it must not lose records, and every output record beyond the input
     must be a duplicate."""
-    from integration.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
 
     jars, _ = builtin_kafka_jars()
     plan = ChaosPlan(bootstrap=kafka3.bootstrap, workdir=tmp_path, records=scenario.records,

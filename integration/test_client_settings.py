@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from integration.helpers import consume_all, create_topic, produce, unique_name
 from kafka_eos_ds.sink import list_transactions
 from kafka_eos_ds.sink import transactional_ids as ids
+from kafka_eos_tools.topics import consume_all, create_topic, produce, unique_name
 
 
 # Full profile: the gate builds every client from the same settings in

@@ -30,7 +30,6 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql.types import StringType, StructField, StructType
 
-from integration.helpers import consume_all, unique_name
 from integration.sink_runs import assert_crashed
 from integration.test_sink_crash import (
     BATCH,
@@ -46,6 +45,7 @@ from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.task_writer import _PartitionWriter
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
+from kafka_eos_tools.topics import consume_all, unique_name
 
 SCHEMA = StructType([StructField("value", StringType())])
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from integration.helpers import consume_all
+from kafka_eos_tools.topics import consume_all
 
 
 def _transactional_producer(bootstrap: str, tid: str) -> Producer:
@@ -90,7 +90,7 @@ def test_cli_three_brokers_start_and_stop_leave_no_process(tmp_path, kafka):
 
 @pytest.mark.full  # the harness's own broker kill; the gate's sink and source tests kill brokers through it
 def test_hard_killed_broker_restarts_and_cluster_keeps_transactions(kafka3):
-    from integration.helpers import create_topic, unique_name
+    from kafka_eos_tools.topics import create_topic, unique_name
 
     topic = create_topic(kafka3.bootstrap, unique_name("bounce"), 3, 3)
     kafka3.cluster.kill(2)

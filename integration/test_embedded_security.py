@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from integration.helpers import consume_all, create_topic, unique_name
 from integration.secured import start_secured
+from kafka_eos_tools.topics import consume_all, create_topic, unique_name
 
 # The secured brokers themselves, checked with plain librdkafka clients: the pipeline tests
 # (test_security.py) start every mode and run the product on it; these run in the full

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from integration.helpers import unique_name
 from integration.test_decisions import _retried, _sink
 from kafka_eos_ds.errors import KafkaClientError, TransactionError
 from kafka_eos_ds.twophase import DONE, Decision, Kind, WriteId
+from kafka_eos_tools.topics import unique_name
 
 
 def test_an_empty_batchs_offsets_ride_in_its_done_record_and_a_fenced_driver_cannot_move_them_back(kafka, new_topic):

@@ -17,10 +17,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from integration.helpers import run_to_end
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 from integration.tables import Table, newest_decision
 from kafka_eos_ds.filesink.layout import query_token, writer_dir
+from kafka_eos_tools.topics import run_to_end
 
 RECORDS = 450        # 2 input partitions, 150 offsets per batch -> batches 0..2
 BATCH = 150

@@ -26,7 +26,7 @@ BATCH = 150
 
 @pytest.fixture
 def builtin_jars():
-    from integration.builtin_kafka import builtin_kafka_jars
+    from kafka_eos_tools.builtin_kafka import builtin_kafka_jars
 
     return builtin_kafka_jars()[0]
 

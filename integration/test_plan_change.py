@@ -23,11 +23,11 @@ import time
 import pytest
 
 from integration.builtin_rows import normalized
-from integration.helpers import consume_all, produce
 from integration.sink_runs import assert_crashed, run_pipeline, seed
 from integration.test_source import kafka_eos_reader, plain_records, produce_transactions
 from kafka_eos_ds.sink import list_transactions, transactional_ids
 from kafka_eos_tools.audit import audit
+from kafka_eos_tools.topics import consume_all, produce
 
 # Pipelines of their own (about 1-2 minutes each): the gate runs them in its second lane,
 # which has the time (docs/dev/testing.md, "Profiles").

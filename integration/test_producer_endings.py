@@ -21,13 +21,13 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from integration.helpers import consume_all
 from integration.test_decisions import _sink
 from kafka_eos_ds.sink.messages import KafkaCommitMessage
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase import Kind, WriteId, faults
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
 from kafka_eos_ds.twophase.writers import Task
+from kafka_eos_tools.topics import consume_all
 
 ROWS = [f"r{i}" for i in range(20)]
 WRITE = WriteId(Kind.STREAM, "q", 0)

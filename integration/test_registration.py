@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.helpers import produce
+from kafka_eos_tools.topics import produce
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -20,10 +20,10 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, run_pipeline, seed
 from integration.test_sink_crash import _visible_once_markers_land
 from kafka_eos_tools.audit import audit
+from kafka_eos_tools.topics import consume_all
 
 pytestmark = pytest.mark.storage  # starts HDFS, MinIO or a GCS emulator: the gate's second lane
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, run_pipeline, seed
+from kafka_eos_tools.topics import consume_all
 
 RECORDS, BATCH = 600, 150
 

@@ -20,9 +20,9 @@ import re
 
 import pytest
 
-from integration.helpers import consume_all
 from integration.secured import COMMIT_LOG, grant, leaked, new_pipeline, run_driver, start_secured
 from kafka_eos_tools.audit import audit
+from kafka_eos_tools.topics import consume_all
 
 # Secured brokers of its own: the gate runs it in its second lane (scripts/test.sh).
 pytestmark = pytest.mark.second_lane

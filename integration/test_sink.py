@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from integration.helpers import consume_all, create_topic, produce, unique_name
 from kafka_eos_ds.sink import abort_transactions, list_transactions
+from kafka_eos_tools.topics import consume_all, create_topic, produce, unique_name
 
 # Over librdkafka's default limit (1,000,000 bytes), within the Java producer's
 # max.request.size (1,048,576 with the record's framing) and the broker's default

@@ -19,11 +19,11 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from integration.helpers import consume_all, end_offsets
 from integration.sink_runs import assert_crashed, run_pipeline, seed
 from kafka_eos_ds.sink import list_transactions
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo.chaos import TailingReader
+from kafka_eos_tools.topics import consume_all, end_offsets
 
 RECORDS = 600        # 2 input partitions, 150 offsets per batch -> batches 0..3
 BATCH = 150

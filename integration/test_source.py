@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from integration.builtin_rows import normalized
-from integration.helpers import end_offsets, produce
+from kafka_eos_tools.topics import end_offsets, produce
 
 NOW_MS = int(time.time() * 1000)
 PAST_END = 150  # a start offset past the end of a partition of 100 records
@@ -132,7 +132,7 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
 @pytest.fixture(scope="module")
 def topics(kafka, builtin_connector):
     """Two topics read by both connectors, and the built-in's rows for them."""
-    from integration.helpers import create_topic, unique_name
+    from kafka_eos_tools.topics import create_topic, unique_name
 
     conf = {"retention.ms": "-1"}  # explicit timestamps are an hour old; keep them
     plain = create_topic(kafka.bootstrap, unique_name("src-plain"), 3, kafka.replication(), conf)
@@ -408,9 +408,9 @@ def test_the_latest_offsets_stay_right_while_a_killed_brokers_partitions_change_
     of 9). The planner's lookup must answer each partition's real end throughout."""
     import threading
 
-    from integration.helpers import create_topic, unique_name
     from kafka_eos_ds.source.metadata import KafkaMetadata
     from kafka_eos_ds.source.options import SourceOptions
+    from kafka_eos_tools.topics import create_topic, unique_name
 
     topic = create_topic(kafka3.bootstrap, unique_name("leaders"), 6, 3, {"min.insync.replicas": "2"})
     producer = Producer({"bootstrap.servers": kafka3.bootstrap, "acks": "all"})

@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from integration.connect_server import ConnectServer, QueryWatch, Watchdog, bounded, client_missing, restore_client_mode
-from integration.helpers import produce
 from kafka_eos_ds.sink import list_transactions
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader
 from kafka_eos_tools.demo.job import available_now_supported
+from kafka_eos_tools.topics import produce
 
 # The oldest pyspark line (4.0: rows into the sink, no read limits) runs this module too, in
 # the full profile: the gate runs Connect on the newest line and the rows path on 4.0 in

@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from integration.helpers import end_offsets
 from integration.standalone import StandaloneCluster, executor_python, spark_env, spark_submit, tail
 from integration.test_registration import REPO, _package_zip
 from kafka_eos_ds.sink.transactions_tool import list_transactions
@@ -32,6 +31,7 @@ from kafka_eos_tools import faults
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo import processes
 from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader, create_topics, seed_input
+from kafka_eos_tools.topics import end_offsets
 
 # Each test starts its own cluster: 107-209 s measured, 3.5 minutes beside another cluster
 # test; the default limit (pyproject.toml) leaves too little margin.

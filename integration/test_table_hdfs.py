@@ -14,7 +14,6 @@ pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip
 
 import pyarrow as pa  # noqa: E402
 
-from integration.helpers import run_to_end  # noqa: E402
 from integration.sink_runs import seed  # noqa: E402
 from integration.tables import Table, partition_values  # noqa: E402
 from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
@@ -26,6 +25,7 @@ from kafka_eos_ds.storage import StorageOptions  # noqa: E402
 from kafka_eos_ds.storage.hdfs import HdfsStore  # noqa: E402
 from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, WriteId  # noqa: E402
 from kafka_eos_ds.twophase.writers import Task  # noqa: E402
+from kafka_eos_tools.topics import run_to_end  # noqa: E402
 
 RECORDS, BATCH, SHARDS = 450, 150, 3
 COLUMNS = ["timestamp", f"pmod(crc32(key), {SHARDS}) as shard"]

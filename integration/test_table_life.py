@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
+from kafka_eos_tools.topics import consume_all
 
 # Pipelines of their own (about 1-2 minutes each): the gate runs them in its second lane,
 # which has the time (docs/dev/testing.md, "Profiles").

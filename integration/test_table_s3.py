@@ -16,7 +16,6 @@ pytest.importorskip("boto3", reason="the S3 client is not installed (pip install
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
 
-from integration.helpers import run_to_end  # noqa: E402
 from integration.sink_runs import seed  # noqa: E402
 from integration.tables import Table, partition_values, s3_options  # noqa: E402
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable  # noqa: E402
@@ -27,6 +26,7 @@ from kafka_eos_ds.storage import StorageOptions  # noqa: E402
 from kafka_eos_ds.storage.s3 import S3Store  # noqa: E402
 from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, WriteId  # noqa: E402
 from kafka_eos_ds.twophase.writers import Task  # noqa: E402
+from kafka_eos_tools.topics import run_to_end  # noqa: E402
 
 # MinIO costs a 5.5-minute build on a new machine (docs/dev/testing.md): the full profile,
 # as the storage servers' own checks; the gate runs the same sink steps on HDFS.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
 
-from integration.helpers import consume_all, end_offsets
 from integration.sink_runs import run_pipeline, seed
 from kafka_eos_tools.audit import audit
+from kafka_eos_tools.topics import consume_all, end_offsets
 
 RECORDS, MORE, BATCH = 600, 200, 150  # micro-batches 0..3, then the new query's 0..1
 

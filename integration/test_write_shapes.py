@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from integration.helpers import consume_all
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 from kafka_eos_ds.sink import list_transactions
 from kafka_eos_tools import faults
 from kafka_eos_tools.audit import audit
+from kafka_eos_tools.topics import consume_all
 
 RECORDS = 600        # 2 input partitions, 150 offsets per micro-batch -> micro-batches 0..3
 BATCH = 150
@@ -239,9 +239,9 @@ def test_another_sinks_open_decision_write_never_yields_a_stale_decision(kafka, 
     newer one (before, read_committed stopped at B's open write and returned A's older)."""
     from confluent_kafka import Producer
 
-    from integration.helpers import unique_name
     from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
     from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
+    from kafka_eos_tools.topics import unique_name
 
     conf, topic = {"bootstrap.servers": kafka.bootstrap}, unique_name("log")
     a = KafkaDecisionLog(conf, topic, "sink-a")

@@ -1,4 +1,5 @@
-"""Small Kafka helpers for integration tests: produce records, read them back.
+"""Small Kafka helpers for the tests, the benchmarks and the demo: create topics, produce
+records, read them back.
 
 ``consume_all`` reads every partition of a topic up to the end offsets taken when it is
 called (for read_committed: the last stable offset), so it returns exactly what was
@@ -100,8 +101,9 @@ def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed",
             for msg in consumer.consume(1000, 0.5):
                 if msg.error():
                     continue
-                out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                  msg.headers(), msg.timestamp()[1]))
+                # A message without an error has its topic, partition and offset.
+                out.append(Record(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0), msg.key(),
+                                  msg.value(), list(msg.headers() or []) or None, msg.timestamp()[1]))
             for p in list(pending):
                 pos = consumer.position([TopicPartition(topic, p)])[0].offset
                 if pos >= ends[p]:
