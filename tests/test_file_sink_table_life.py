@@ -253,6 +253,19 @@ class FakeS3Client:
         self.open_uploads[str(self._next)] = Key
         return {"UploadId": str(self._next)}
 
+    def upload_part(self, Bucket, Key, UploadId, PartNumber, Body):
+        if UploadId not in self.open_uploads:
+            raise self._error("NoSuchUpload", 404)
+        return {"ETag": f"etag-{PartNumber}"}
+
+    def complete_multipart_upload(self, Bucket, Key, UploadId, MultipartUpload, IfNoneMatch=None):
+        if UploadId not in self.open_uploads:
+            raise self._error("NoSuchUpload", 404)
+        if IfNoneMatch == "*" and Key in self.objects:
+            raise self._error("PreconditionFailed", 412)  # the upload stays open
+        del self.open_uploads[UploadId]
+        self.objects[Key] = b""
+
     def abort_multipart_upload(self, Bucket, Key, UploadId):
         if self.open_uploads.pop(UploadId, None) is None:
             raise self._error("NoSuchUpload", 404)
