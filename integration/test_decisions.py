@@ -544,8 +544,8 @@ def test_finishing_another_drivers_decision_of_the_batch_aborts_this_drivers_own
     assert sorted(r.value.decode() for r in consume_all(kafka.bootstrap, sink.output)) == ["a0", "a1"]
 
 
-# -- the simulation's open schedules on a real broker (docs/dev/decisions.md, "The four
-# open schedules wait on Spark or Kafka"): each harmed a batch loudly, never silently. The
+# -- the simulation's open schedules on a real broker (docs/dev/decisions.md, "Open: a
+# resubmitted stage's task reusing attempt 0's id"): each harmed a batch loudly, never silently. The
 # plain test of each holds before and after a fix; a strict xfail asks for the guarantee
 # where it is still open (the zombie driver's recovery is closed: "Fences validate, then
 # abort exact transactions").
@@ -669,9 +669,9 @@ def test_an_old_stage_attempts_task_reusing_the_id_after_the_decision_is_never_s
 
 
 @pytest.mark.full
-@pytest.mark.xfail(strict=True, reason="open defect (docs/dev/decisions.md, 'The four open schedules wait on Spark "
-                   "or Kafka'): pyspark's TaskContext has no stage attempt number, so a resubmitted stage's task "
-                   "reuses attempt 0's transactional id")
+@pytest.mark.xfail(strict=True, reason="open defect (docs/dev/decisions.md, 'Open: a resubmitted stage's task "
+                   "reusing attempt 0's id'): pyspark's TaskContext has no stage attempt number, so a "
+                   "resubmitted stage's task reuses attempt 0's transactional id")
 def test_an_old_stage_attempts_task_never_aborts_the_decided_job_on_its_id(sink):
     error, rows, values, _ = _old_stage_attempt_reuses_the_id_after_the_decision(sink)
     assert error is None and values == sorted(rows), f"{len(values)} visible: {error!r}"
