@@ -20,8 +20,8 @@ from integration.chaos_profiles import BUILTIN, PROFILES
 from kafka_eos_tools.demo.chaos import ChaosPlan, run_chaos
 
 RESULTS = Path(os.environ.get("KAFKA_EOS_RESULTS_DIR", ".kafka-eos/results"))
-# Time limits (pytest-timeout): a reduced scenario took up to 3.5 minutes in CI, a full one
-# up to 10 with other suites running beside it (docs/dev/guarantees.md); about 4x that.
+# Time limits (pytest-timeout): a full-scale scenario took up to 10 minutes with other
+# suites running beside it, the built-in sink's reduced run 2 to 4; about 4x that.
 TIME_LIMITS = {"reduced": 900, "full": 2400}
 
 

@@ -26,7 +26,7 @@ abort or a fence of our open transaction, but just as well any InitProducerId af
 commit (a zombie task, a second query on the prefix); an unknown id or another producer
 id follows ``transactional.id.expiration.ms`` (7 days by default) after a commit as after
 an abort. None of them proves an abort, so none is LOST: UNKNOWN fails the step loudly
-(docs/decisions.md, "A transaction whose id moved on is not proof of an abort").
+(docs/dev/decisions.md, "A transaction whose id moved on is not proof of an abort").
 """
 
 from __future__ import annotations
