@@ -280,6 +280,28 @@ def test_a_partition_the_metastore_refuses_refuses_the_batch_before_its_decision
     assert FileParticipants(sink.config.layout).open_ids(write) == []
 
 
+class DirectoryWatchingHms(FakeHms):
+    """Records, at each registration, whether each partition's directory was there: a
+    metastore that creates it deletes it again, files and all, when the add fails."""
+
+    def __init__(self, root) -> None:
+        super().__init__()
+        self.root, self.found = root, []
+
+    def add_partitions_req(self, request):
+        self.found += [(self.root / f"country={p.values[0]}").is_dir() for p in request.parts]
+        super().add_partitions_req(request)
+
+
+def test_a_new_partitions_directory_exists_before_the_metastore_registers_it(tmp_path, monkeypatch):
+    hms = DirectoryWatchingHms(tmp_path / "out")
+    sink = _table_sink(tmp_path, monkeypatch, hms)
+    write = WriteId(Kind.JOB, "job-1", 0, job="job-1")
+    sink.prepare(WriteSpec(False, "job-1"))
+    sink.commit(write, [_write(sink, write, ["fr", "de"])])
+    assert hms.found and all(hms.found), hms.found  # before the decision and at the publish
+
+
 def test_a_duplicate_key_of_a_concurrent_registration_is_retried(tmp_path, monkeypatch):
     hms = FakeHms(duplicates=1)
     sink = _table_sink(tmp_path, monkeypatch, hms)

@@ -230,7 +230,9 @@ def _check_local(root: Path, layout: Layout) -> None:
     try:
         staging = Path(layout.staging)
         staging.mkdir(parents=True, exist_ok=True)
-        probe = staging / f".probe-{os.getpid()}"
+        # Unique per call: two sinks of one process probing one new table at once must not
+        # delete each other's probe (a per-process name did: a spurious 'path' error).
+        probe = staging / f".probe-{uuid.uuid4().hex}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:

@@ -120,6 +120,9 @@ class RenameStore(Store, Protocol):
         (FileExistsError); FileNotFoundError when ``src`` is gone. ``dst``'s directory is
         created."""
 
+    def make_dirs(self, path: str) -> None:
+        """Create directory ``path`` and its parents (there already: no error)."""
+
 
 def readable(location: str) -> bool:
     """Whether the sink can read files at ``location`` (its scheme; the client may still

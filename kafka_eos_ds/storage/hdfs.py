@@ -76,6 +76,9 @@ class HdfsStore:
         options = self._native.WriteOptions(overwrite=False, create_parent=True)
         return HdfsOutput(self._call(lambda: self._client.create(path, options), path))
 
+    def make_dirs(self, path: str) -> None:
+        self._call(lambda: self._client.mkdirs(path, create_parent=True), path)
+
     def rename(self, src: str, dst: str) -> None:
         parent = posixpath.dirname(dst)
         self._call(lambda: self._client.mkdirs(parent, create_parent=True), parent)

@@ -58,6 +58,9 @@ class LocalStore:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return LocalOutput(path)
 
+    def make_dirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
     def rename(self, src: str, dst: str) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         # A hard link, then the old name removed: POSIX rename() replaces an existing

@@ -1,0 +1,51 @@
+"""Two batch jobs on one table: a job's commit finishes the decided batches other jobs
+left unfinished (a driver that died during its commit), and so also one whose own commit
+is still running. That job then fails saying nothing it decided is recorded, though its
+rows are final: Spark reports it failed, and a re-run would write them twice. Open
+(docs/dev/decisions.md, "Open: a batch job finishing a live job's commit")."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.file_sink import FileSink
+from kafka_eos_ds.twophase import Kind, WriteId, faults
+from kafka_eos_ds.twophase.identity import WriteSpec
+from kafka_eos_ds.twophase.writers import Task
+
+SCHEMA = StructType([StructField("id", LongType()), StructField("country", StringType())])
+
+
+def _staged(path, name: str, ids: list[int]):
+    sink = FileSink(FileSinkConfig.from_options({"path": str(path), "partitionBy": "country"}, SCHEMA), SCHEMA)
+    mark = sink.prepare(WriteSpec.for_batch({}.get, name))
+    write = WriteId(Kind.JOB, name, 0, job=name)
+    rows = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
+                                       "country": pa.array([f"c{i}" for i in ids], pa.string())})
+    return sink, write, sink.write(Task(write, 0, 0), mark, iter([rows])).participant()
+
+
+@pytest.mark.xfail(strict=True, raises=TransactionError, reason="open: a batch job's commit finishes a live job's decision, which then "
+                                       "fails falsely (docs/dev/decisions.md)")
+@pytest.mark.parametrize("point", ["driver-after-decision", "driver-after-first-commit", "driver-after-all-commits"])
+def test_a_job_whose_decision_another_job_finished_reports_its_commit(tmp_path, point):
+    table = tmp_path / "events"
+    x_sink, x, x_msg = _staged(table, "job-x", [1, 2, 3])
+    y_sink, y, y_msg = _staged(table, "job-y", [4, 5, 6])
+
+    def hook(name: str, **_: object) -> None:
+        if name == point:
+            faults.install(None)
+            y_sink.commit(y, [y_msg])  # job Y commits while job X is between these steps
+
+    faults.install(hook)
+    try:
+        x_sink.commit(x, [x_msg])  # today: TransactionError "fell behind ... nothing it decided is recorded"
+    finally:
+        faults.install(None)
+    assert sorted(pq.read_table(str(table)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
