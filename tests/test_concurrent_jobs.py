@@ -30,8 +30,9 @@ def _staged(path, name: str, ids: list[int]):
     return sink, write, sink.write(Task(write, 0, 0), mark, iter([rows])).participant()
 
 
-@pytest.mark.xfail(strict=True, raises=TransactionError, reason="open: a batch job's commit finishes a live job's decision, which then "
-                                       "fails falsely (docs/dev/decisions.md)")
+@pytest.mark.xfail(strict=True, raises=TransactionError,
+                   reason="open: a batch job's commit finishes a live job's decision, which then fails falsely "
+                          "(docs/dev/decisions.md)")
 @pytest.mark.parametrize("point", ["driver-after-decision", "driver-after-first-commit", "driver-after-all-commits"])
 def test_a_job_whose_decision_another_job_finished_reports_its_commit(tmp_path, point):
     table = tmp_path / "events"
