@@ -74,11 +74,10 @@ def failures(path: Path) -> list[str]:
     run = path.stem.removeprefix("junit-")
     found = []
     for case in root.iter("testcase"):
-        failure = case.find("failure")
-        if failure is None:
-            failure = case.find("error")
-        if failure is None:
+        if outcome(case) != "failed":
             continue
+        failure = case.find("failure")
+        failure = failure if failure is not None else case.find("error")
         message = (failure.get("message") or failure.text or "").strip().splitlines()
         first = message[0][:300] if message else ""
         test = f"{module_of(case.get('classname', ''))}::{case.get('name', '')}"

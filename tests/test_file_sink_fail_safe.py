@@ -5,6 +5,7 @@ metastore refuses."""
 from __future__ import annotations
 
 import os
+from pathlib import PurePosixPath
 
 import pyarrow as pa
 import pytest
@@ -19,8 +20,10 @@ from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.filesink.metastore import Metastore
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.storage.s3 import S3Store
 from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, Participant, WriteId, WriteSpec
 from kafka_eos_ds.twophase.writers import Task
+from tests.test_file_sink_table_life import FakeS3Client
 
 W = writer_dir("q:query")
 
@@ -157,52 +160,33 @@ def test_a_store_that_honours_create_if_absent_passes_the_probe(tmp_path):
     assert store.puts == 2  # created, then refused the second time
 
 
-class UploadingStore(FlakyStore):
-    """A store that completes uploads, as S3 does, over a local directory; ``honours``:
-    whether completing an upload where an object is refuses (``If-None-Match: *`` on
-    CompleteMultipartUpload) or replaces it. Uploads left open are in ``open_uploads``."""
+class IgnoresCompletionConditionClient(FakeS3Client):
+    """A bucket that honours ``If-None-Match: *`` on PutObject and ignores it on
+    CompleteMultipartUpload: a completion replaces the object there."""
 
-    renames = False
-
-    def __init__(self, honours: bool) -> None:
-        super().__init__()
-        self.honours = honours
-        self.open_uploads: dict[str, list[bytes]] = {}
-
-    def start_upload(self, path: str, metadata: dict[str, str]) -> str:
-        upload = f"upload-{len(self.open_uploads)}"
-        self.open_uploads[upload] = []
-        return upload
-
-    def upload_part(self, path: str, upload: str, number: int, body: bytes) -> str:
-        self.open_uploads[upload].append(body)
-        return f"etag-{number}"
-
-    def complete(self, path: str, upload: str, parts: list[tuple[int, str]]) -> None:
-        if self.honours and os.path.exists(path):
-            raise FileExistsError(path)  # refused: the upload stays open, as on S3
-        with open(path, "wb") as fh:
-            fh.write(b"".join(self.open_uploads.pop(upload)))
-
-    def abort(self, path: str, upload: str) -> None:
-        self.open_uploads.pop(upload, None)
+    def complete_multipart_upload(self, Bucket, Key, UploadId, MultipartUpload, IfNoneMatch=None):
+        super().complete_multipart_upload(Bucket, Key, UploadId, MultipartUpload)
 
 
-def test_a_store_that_ignores_create_if_absent_on_completion_is_refused_before_anything_is_written(tmp_path):
-    store = UploadingStore(honours=False)
-    config = FileSinkConfig.from_options({"path": str(tmp_path / "out")})
+def _s3_store(client: FakeS3Client) -> S3Store:
+    store = S3Store.__new__(S3Store)
+    store.bucket, store.url, store._client = "lake", "s3a://lake", client
+    return store
+
+
+def test_a_store_that_ignores_create_if_absent_on_completion_is_refused_before_anything_is_written():
+    client = IgnoresCompletionConditionClient()
+    layout = Layout(PurePosixPath("/lake/ignored"))  # a root of its own: the probe runs once per root
     with pytest.raises(ConfigError, match="'path'.*If-None-Match.*CompleteMultipartUpload.*docs/file-sink.md") as info:
-        check_writable(config.layout, store)
+        check_writable(layout, _s3_store(client))
     assert not info.value.retriable
-    assert store.puts == 2  # PutObject's condition held: refused the second time
-    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()] and store.open_uploads == {}
+    assert client.objects == {} and client.open_uploads == {}  # the probe and its upload are gone
 
 
-def test_a_store_that_honours_create_if_absent_on_completion_passes_the_probe_and_leaves_nothing(tmp_path):
-    store = UploadingStore(honours=True)
-    config = FileSinkConfig.from_options({"path": str(tmp_path / "out")})
-    check_writable(config.layout, store)
-    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()] and store.open_uploads == {}
+def test_a_store_that_honours_create_if_absent_on_completion_passes_the_probe_and_leaves_nothing():
+    client = FakeS3Client()
+    check_writable(Layout(PurePosixPath("/lake/honoured")), _s3_store(client))
+    assert client.objects == {} and client.open_uploads == {}
 
 
 # -- a partition the metastore refuses --------------------------------------------

@@ -46,7 +46,8 @@ def publisher(config: FileSinkConfig) -> Callable[[Decision], None] | None:
             for directory in directories:
                 store.put(str(layout.root / directory / SUCCESS if directory else layout.root / SUCCESS), b"")
         if metastore is not None:
-            _register(config, metastore, directories)
+            # Every directory holds the batch's final files by now: nothing to create first.
+            metastore.register(directories)
 
     return publish
 
@@ -64,27 +65,26 @@ def register_partitions(config: FileSinkConfig, participants: Sequence[Participa
     the metastore refuses (a name pattern, a value too long for its database) refuses the
     batch while nothing of it is decided or final; once decided, a refusal would leave its
     files final and every restart failing to publish them. An empty registered partition
-    shows no rows: its files appear as they become final."""
+    shows no rows: its files appear as they become final.
+
+    Each directory is created first: a Hive metastore that creates a partition's directory
+    itself deletes it again, with everything in it, when the add then fails, as it does
+    when another writer registers the same new partition at once; the other writer's final
+    files may be in it by then (measured on the embedded metastore: 36 of 144 rows gone, no
+    error). A directory it found there it leaves alone. S3 has no directories to create
+    (docs/dev/decisions.md, "A new partition's directory is created before the metastore
+    registers it")."""
     metastore = metastore_of(config)
-    if metastore is not None:
-        _register(config, metastore, _directories(participants))
-
-
-def _register(config: FileSinkConfig, metastore: Metastore, directories: list[str]) -> None:
-    """Register ``directories`` after creating them: a Hive metastore that creates a
-    partition's directory itself deletes it again, with everything in it, when the add
-    then fails, as it does when another writer registers the same new partition at once;
-    the other writer's final files may be in it by then (measured on the embedded
-    metastore: 36 of 144 rows gone, no error). A directory it found there it leaves alone.
-    S3 has no directories to create first (docs/dev/decisions.md, "A new partition's
-    directory is created before the metastore registers it")."""
-    if directories and config.store().renames:
-        store = cast("RenameStore", config.store())
+    if metastore is None:
+        return
+    directories = _directories(participants)
+    store = config.store()
+    if store.renames:
         for directory in directories:
             # A directory that cannot be made here (a value too long for a name) is refused
             # by the metastore, or by the commit's move, each with its own message.
             with contextlib.suppress(OSError, StorageError):
-                store.make_dirs(str(config.layout.root / directory))
+                cast("RenameStore", store).make_dirs(str(config.layout.root / directory))
     metastore.register(directories)
 
 
