@@ -274,30 +274,54 @@ def test_8_a_decided_batch_lost_to_the_timeout_is_abandoned_and_run_again(pipeli
 
 
 def test_9_zombie_writers_are_fenced_and_never_visible(pipeline):
-    # Two zombies created before the run: an old attempt of task 0, and task 5 of a run
-    # that had more tasks. (Zombies created during the run: test_9b.)
-    zombies = []
+    """Zombie tasks keep writing and nothing they write becomes visible. Two are opened
+    before the run: an old attempt of task 0 (an id the run uses again, whose re-use fences
+    it) and task 5 of a run that had more tasks (an id the run never uses, aborted by the
+    run's recovery at its observed producer epoch, which a transaction-version-1 abort does
+    not bump). While the last batch waits for its decision, both keep writing on every
+    partition: task 5's zombie, whose aborted transaction left its epoch valid, opens a new
+    one, which no decision names and the batch's commit aborts. Then each tries to commit
+    what it wrote, and is refused. (A zombie that began its new transaction after the
+    commit's sweep would be aborted by the next batch's, or by its timeout: a sink task
+    never commits its own transaction. Zombies created during the run: test_9b.)"""
+    zombies = {}
     for tid in (f"{pipeline.prefix}-0-0", f"{pipeline.prefix}-5-0"):
         producer = Producer({"bootstrap.servers": pipeline.bootstrap, "transactional.id": tid})
         producer.init_transactions(30)
         producer.begin_transaction()
-        producer.produce(pipeline.output, b"zombie|" + tid.encode())
+        producer.produce(pipeline.output, b"zombie|" + tid.encode(), partition=0)
         producer.flush(30)
-        zombies.append(producer)
+        zombies[tid] = producer
     assert len(pipeline.open_ids()) == 2
-    run = pipeline.run()
+
+    def keep_writing():
+        for producer in zombies.values():
+            # A partition new to its transaction first: a write to the one in its aborted
+            # transaction is refused, after which the client refuses every write.
+            for partition in (1, 0):
+                try:
+                    producer.produce(pipeline.output, b"zombie|late", partition=partition)
+                    producer.flush(30)
+                except Exception:
+                    pass                # the fenced zombie of task 0
+        return sorted(_ongoing(pipeline))
+
+    winners = [f"{pipeline.prefix}-0-0", f"{pipeline.prefix}-1-0"]
+    watcher, box = _when_ongoing(pipeline, 3 * BATCH, winners, keep_writing)
+    run = pipeline.run("driver-before-decision@3:sleep10", timeout=400)
+    watcher.join(10)
     assert run.returncode == 0, run.log[-3000:]
-    # The zombies keep going after the run: each tries to commit what it wrote.
-    refused = []
-    for producer in zombies:
+    # Task 5's zombie did open a new transaction beside the last batch's.
+    assert f"{pipeline.prefix}-5-0" in box.get("result", []), box
+    refused = {}
+    for tid, producer in zombies.items():
         try:
-            producer.produce(pipeline.output, b"zombie|late")
             producer.commit_transaction(30)
         except Exception as exc:
-            refused.append(str(exc))
-    # None of it is visible, because each was fenced and refused.
+            refused[tid] = str(exc)
     assert not any(r.value.startswith(b"zombie") for r in pipeline.visible())
-    assert len(refused) == 2 and all(re.search("(?i)fenc|epoch", text) for text in refused), refused
+    assert set(refused) == set(zombies), refused
+    assert re.search("(?i)fenc|epoch", refused[f"{pipeline.prefix}-0-0"]), refused
     _is_exactly_once(pipeline)
 
 
