@@ -28,6 +28,7 @@ from tests.simulation.directed_streams import (
     zombie_driver_recovery,
     zombie_driver_sweep,
     zombie_recovery_carry,
+    zombie_step_before_commit,
 )
 from tests.simulation.directed_writes import (
     app_retry_after_decision,
@@ -79,6 +80,10 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                             "fixed: a driver that stalled after committing batch 0 came back and swept the sink's "
                             "open transactions (its post-commit sweep, then Spark's abort), aborting a batch a newer "
                             "driver decided meanwhile (fences now claim the decision writer and abort exactly)"),
+    "zombie-step-before-commit": (zombie_step_before_commit, {"decided-fenced"},
+                                  "a zombie driver's whole recovery ran between a newer run's planner and its "
+                                  "commit: it claimed the decision writer before the commit step fenced it, and "
+                                  "aborted the transactions that commit step then decided"),
     "zombie-recovery-carry": (zombie_recovery_carry, set(),
                               "fixed: a recovery that re-attached a decided batch's progress stalled before "
                               "AddOffsetsToTxn; back after a newer driver committed the batch, its AddOffsetsToTxn "
