@@ -80,10 +80,11 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                             "fixed: a driver that stalled after committing batch 0 came back and swept the sink's "
                             "open transactions (its post-commit sweep, then Spark's abort), aborting a batch a newer "
                             "driver decided meanwhile (fences now claim the decision writer and abort exactly)"),
-    "zombie-step-before-commit": (zombie_step_before_commit, {"decided-fenced"},
-                                  "a zombie driver's whole recovery ran between a newer run's planner and its "
+    "zombie-step-before-commit": (zombie_step_before_commit, set(),
+                                  "fixed: a zombie driver's whole recovery ran between a newer run's planner and its "
                                   "commit: it claimed the decision writer before the commit step fenced it, and "
-                                  "aborted the transactions that commit step then decided"),
+                                  "aborted the transactions that commit step then decided (the commit now refuses "
+                                  "the batch undecided when its writer was claimed after the planner's position)"),
     "zombie-recovery-carry": (zombie_recovery_carry, set(),
                               "fixed: a recovery that re-attached a decided batch's progress stalled before "
                               "AddOffsetsToTxn; back after a newer driver committed the batch, its AddOffsetsToTxn "

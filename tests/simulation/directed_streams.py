@@ -246,7 +246,8 @@ def zombie_step_before_commit(w: World, oracle: Oracle, rng: random.Random) -> S
     decision writer, reads batch 0 done, observes the task's open transaction, claims the
     writer and stalls before aborting. The new run's commit fences the writer (the claim is
     already committed), sees the transaction open, decides it; its driver pauses (a GC) and
-    the zombie aborts the decided transaction."""
+    the zombie aborts the decided transaction. The commit now refuses the batch undecided
+    instead: the claim came after its planner read the commit log's position."""
     task = "q.r1.b1.s0.p0.a0"
     w.plan.script = [Fault("q.r0", "spark:plan", 2, STALL, 1_000_000),
                      Fault(task, "fault:task-after-precommit", 1, STALL, 1_000_000),
@@ -257,5 +258,8 @@ def zombie_step_before_commit(w: World, oracle: Oracle, rng: random.Random) -> S
     resume_when(w, "q.r0", lambda: reached(w, task, "fault:task-after-precommit")
                 and not reached(w, "q.r0", "fault:driver-after-claim"))
     resume_when(w, task, lambda: reached(w, "q.r0", "fault:driver-after-claim"))
-    resume_when(w, "q.r0", lambda: any(d.batch_id == 1 and d.state.value == "decided" for d in oracle.decisions))
+    # Only once the new run's own decision is durable (never, once that commit refuses the
+    # batch): a zombie that came back later would start tasks of its own on the batch's
+    # ids, another window (a zombie task re-initialising an id a decision names).
+    resume_when(w, "q.r0", lambda: reached(w, "q.r1", "fault:driver-after-decision"))
     return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)
