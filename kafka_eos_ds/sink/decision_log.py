@@ -22,7 +22,11 @@ fences an older producer of the same writer whose write stalled, so that write c
 land after the step has read the log and acted on what it read. The same fence is the
 step's token: :meth:`KafkaDecisionLog.claim` commits a record with the step's own producer,
 which fails once a newer step has run ``init_transactions`` on the writer, and the sink
-aborts transactions only after a claim succeeded (``twophase.committer``, ``_fence``). Another writer's open
+aborts transactions only after a claim succeeded (``twophase.committer``, ``_fence``). A
+write is pinned to the log's :meth:`~KafkaDecisionLog.position` its planner read: its
+commit refuses it while undecided if a claim of its writer came from there on
+(:meth:`~KafkaDecisionLog.claimed_since`; a step that claimed between the planner and the
+commit may have observed the write's open transactions to abort them). Another writer's open
 write (another sink sharing the topic) would hide every later record from a
 ``read_committed`` reader, so a read first waits for the partition's last stable offset
 to reach its high watermark: a read sees everything committed before it started.

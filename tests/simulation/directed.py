@@ -44,6 +44,7 @@ from tests.simulation.directed_writes import (
     foreach_file_zombie,
     foreach_file_zombie_abort,
     foreach_zombie_ordinal,
+    foreach_zombie_step_before_commit,
     live_job_shut_out,
     stage_retry_same_id,
 )
@@ -148,6 +149,10 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "plan-grows-after-decision": (plan_grows_after_decision, set(),
             "the source plans more tasks after a crash after the decision: the batch is finished before any new "
             "task opens an id"),
+    "foreach-zombie-step-before-commit": (foreach_zombie_step_before_commit, set(),
+            "fixed: a zombie run's commit of a df.write inside foreachBatch claimed the write's decision writer "
+            "between the live run's planner and commit of the same write, and aborted the transaction that commit "
+            "then decided (the commit now refuses the write undecided: its planner read the commit log's position)"),
     "foreach-file-zombie": (foreach_file_zombie, set(),
             "fixed: a zombie file-sink driver recorded its write done over a newer decision and wrote the "
             "micro-batch again"),
