@@ -74,7 +74,8 @@ class KafkaSink:
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
         """Check the topic, then recover what the writer's earlier runs left (a stream, an
-        app write; other writes recover at their commit, see :mod:`~kafka_eos_ds.twophase.identity`)."""
+        app write; other writes recover at their commit, see :mod:`~kafka_eos_ds.twophase.identity`);
+        last, read the commit log's position, which the tasks carry to the commit (``read``)."""
         metadata = self._retry(lambda: cluster_metadata(self.config), "Could not read the cluster's topics")
         if self.config.topic is not None and self.config.topic not in metadata.topics:
             # A principal without DESCRIBE on a topic does not see it in metadata at all.
@@ -150,9 +151,11 @@ class KafkaSink:
         """Refuse the write undecided if another driver step claimed its decision writer
         after the write's planner (a driver presumed dead that came back, or a second
         query on the prefix): that step may have observed the write's open transactions
-        and be about to abort them. Asked once the writer is fenced (``_committer``), so no
-        claim can commit after the answer. A claim committed before the planner's position
-        observed nothing of the write: its tasks began their transactions after it."""
+        and be about to abort them. Asked once the writer is fenced (``_committer``): an
+        older step's claim committed before that or never will, and a newer step that
+        claims later fences this one first, whose decision then fails. A claim committed
+        before the planner's position observed nothing of the write: its tasks began their
+        transactions after it."""
         # Every task of the write got the same position; the lowest is the safe one.
         read = min((r for r in (TransactionHandle.of(p).read for p in participants if p is not None)
                     if r is not None), default=None)
