@@ -22,7 +22,11 @@ fences an older producer of the same writer whose write stalled, so that write c
 land after the step has read the log and acted on what it read. The same fence is the
 step's token: :meth:`KafkaDecisionLog.claim` commits a record with the step's own producer,
 which fails once a newer step has run ``init_transactions`` on the writer, and the sink
-aborts transactions only after a claim succeeded (``twophase.committer``, ``_fence``). Another writer's open
+aborts transactions only after a claim succeeded (``twophase.committer``, ``_fence``). A
+write is pinned to the log's :meth:`~KafkaDecisionLog.position` its planner read: its
+commit refuses it while undecided if a claim of its writer came from there on
+(:meth:`~KafkaDecisionLog.claimed_since`; a step that claimed between the planner and the
+commit may have observed the write's open transactions to abort them). Another writer's open
 write (another sink sharing the topic) would hide every later record from a
 ``read_committed`` reader, so a read first waits for the partition's last stable offset
 to reach its high watermark: a read sees everything committed before it started.
@@ -295,14 +299,13 @@ class KafkaDecisionLog:
 
         A partition without the prefix is read to its start: a cost only after partitions
         were added (compaction keeps a partition to about one record per writer)."""
-        from confluent_kafka import KafkaException
-
         partitions = self.ensure_topic()
         hashed = partition_for(self.prefix, partitions)
         order = [self._partition if self._partition is not None else hashed]
         order += [p for p in range(partitions) if p not in order]
         mine = self._record_key("")
-        try:
+
+        def search() -> tuple[bytes, Decision | None] | None:
             for partition in order:
                 low, end = self._settled_range(partition)
                 pinned = False
@@ -325,6 +328,44 @@ class KafkaDecisionLog:
                     return None  # the prefix lives in this partition: nothing more to find elsewhere
             self._partition = hashed
             return None
+
+        found: tuple[bytes, Decision | None] | None = self._reading(search)
+        return found
+
+    def position(self) -> int:
+        """Where the prefix's records end now (the settled end of their partition). A
+        planner reads it once its step is over; the write's commit step refuses the write
+        if a claim of its writer was committed from there on (:meth:`claimed_since`)."""
+        end: int = self._reading(lambda: self._settled_range(self._locate())[1])
+        return end
+
+    def claimed_since(self, position: int) -> bool:
+        """Whether a claim of this log's writer (:meth:`claim`, by any driver step) was
+        committed at or after ``position`` (:meth:`position`). Asked by a step that has
+        fenced the writer: an older step's claim committed before that fence, or never will."""
+        claim = self._record_key(f"fence:{self.writer}")
+
+        def scan() -> bool:
+            partition = self._locate()
+            low, end = self._settled_range(partition)
+            start = max(low, position)
+            while start < end:
+                stop = min(end, start + _WINDOW)
+                if any(key == claim for _offset, key, _value, _ts in self._read_window(partition, start, stop)):
+                    return True
+                start = stop
+            return False
+
+        claimed: bool = self._reading(scan)
+        return claimed
+
+    def _reading(self, read: Callable[[], Any]) -> Any:
+        """``read()``, a read of the log: a failure is the client's error, and it closes the
+        step's readers instead of keeping them (:meth:`close`)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            return read()
         except KafkaException as exc:
             self._doubt = exc
             raise client_error(f"Reading the commit log '{self.topic}' failed", exc, self._conf) from exc

@@ -29,7 +29,7 @@ from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.sink.messages import KafkaCommitMessage, TransactionHandle
 from kafka_eos_ds.sink.participants import (
     MIN_COMMIT_TIMEOUT_MS,
     KafkaFences,
@@ -64,12 +64,18 @@ class KafkaSink:
     def __init__(self, config: SinkConfig, commit_timeout_s: float) -> None:
         self.config = config
         self.commit_timeout_s = commit_timeout_s
+        # The commit log's position once the planner's step was over (None: not read):
+        # the tasks hand it to the commit, which refuses the write if its decision writer
+        # was claimed from there on (docs/dev/decisions.md, "Every Kafka-sink write's
+        # decision is pinned").
+        self.read: int | None = None
 
     # -- planner ------------------------------------------------------------------
 
     def prepare(self, spec: WriteSpec) -> DoneMark:
         """Check the topic, then recover what the writer's earlier runs left (a stream, an
-        app write; other writes recover at their commit, see :mod:`~kafka_eos_ds.twophase.identity`)."""
+        app write; other writes recover at their commit, see :mod:`~kafka_eos_ds.twophase.identity`);
+        last, read the commit log's position, which the tasks carry to the commit (``read``)."""
         metadata = self._retry(lambda: cluster_metadata(self.config), "Could not read the cluster's topics")
         if self.config.topic is not None and self.config.topic not in metadata.topics:
             # A principal without DESCRIBE on a topic does not see it in metadata at all.
@@ -84,17 +90,30 @@ class KafkaSink:
             with self._committer(write, metadata) as committer:
                 if checkpoint is not None and query is not None:
                     self._require_decisions(committer, write, checkpoint)
-                return committer.recover(write, known_query=query is not None)
+                mark = committer.recover(write, known_query=query is not None)
+                self.read = self._position(cast(KafkaDecisionLog, committer.decisions))
+                return mark
         planned = spec.planned()
         if planned is not None:
             with self._committer(planned, metadata) as committer:
-                return committer.recover(planned)
+                mark = committer.recover(planned)
+                self.read = self._position(cast(KafkaDecisionLog, committer.decisions))
+                return mark
+        # A job or a write inside foreachBatch: its writer is known only to its tasks, but
+        # the position is the prefix's (all of its writers' records share one partition).
+        cfg = self.config
+        decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, cfg.prefix or "")
+        try:
+            self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
+            self.read = self._position(decisions)
+        finally:
+            decisions.close()
         return DoneMark()
 
     # -- executor -----------------------------------------------------------------
 
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
-        return write_partition(self.config, task, mark, items)
+        return write_partition(self.config, task, mark, items, self.read)
 
     # -- driver -------------------------------------------------------------------
 
@@ -103,6 +122,7 @@ class KafkaSink:
             return
         progress = self._progress(write)
         with self._committer(write) as committer:
+            self._check_pinned(cast(KafkaDecisionLog, committer.decisions), write, participants)
             committer.commit(write, participants, progress)
 
     def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
@@ -121,6 +141,34 @@ class KafkaSink:
             committer.abort(write or planned, participants, fallback)
 
     # -- steps --------------------------------------------------------------------
+
+    def _position(self, decisions: KafkaDecisionLog) -> int:
+        position: int = self._retry(decisions.position, "Could not read the sink's decisions")
+        return position
+
+    def _check_pinned(self, decisions: KafkaDecisionLog, write: WriteId,
+                      participants: Sequence[Participant | None]) -> None:
+        """Refuse the write undecided if another driver step claimed its decision writer
+        after the write's planner (a driver presumed dead that came back, or a second
+        query on the prefix): that step may have observed the write's open transactions
+        and be about to abort them. Asked once the writer is fenced (``_committer``): an
+        older step's claim committed before that or never will, and a newer step that
+        claims later fences this one first, whose decision then fails. A claim committed
+        before the planner's position observed nothing of the write: its tasks began their
+        transactions after it."""
+        # Every task of the write got the same position; the lowest is the safe one.
+        read = min((r for r in (TransactionHandle.of(p).read for p in participants if p is not None)
+                    if r is not None), default=None)
+        if read is None:  # tasks of an older version
+            return
+        if self._retry(lambda: decisions.claimed_since(read), "Could not read the sink's decisions"):
+            raise TransactionError(
+                f"Batch {write.version} of {write.app} was not committed: another driver step of this sink claimed "
+                f"its commit-log writer since the batch was planned (a driver presumed dead that came back, or a "
+                f"second query with the 'transactionalIdPrefix' '{self.config.prefix}'), and may abort the batch's "
+                "transactions. Nothing of the batch is visible; restarting the query (or running the write again) "
+                "runs it again (docs/troubleshooting.md, \"Batch N was not committed: another driver claimed its "
+                "commit-log writer\").", retriable=True)
 
     def _checkpoint(self) -> Checkpoint | None:
         """The query's checkpoint; None (said once, in a warning) where its scheme cannot be

@@ -18,7 +18,8 @@ class KafkaCommitMessage(WriterCommitMessage):
 
     ``transactional_id`` is None when the task opened no transaction (no rows, a re-run
     of a batch already committed, or ``at_least_once``); ``family`` still names the ids
-    its earlier attempts used, which the commit fences.
+    its earlier attempts used, which the commit fences. ``read``: the commit log's
+    position its planner read (:attr:`TransactionHandle.read`).
     """
 
     write: WriteId
@@ -29,26 +30,33 @@ class KafkaCommitMessage(WriterCommitMessage):
     transactional_id: str | None = None
     producer_id: int = -1
     epoch: int = -1
+    read: int | None = None
 
     def participant(self) -> Participant:
         return Participant(self.transactional_id or "", self.partition, self.attempt,
                            self.records if self.transactional_id else 0,
-                           TransactionHandle(self.producer_id, self.epoch, self.family).to_json())
+                           TransactionHandle(self.producer_id, self.epoch, self.family, self.read).to_json())
 
 
 @dataclass(frozen=True)
 class TransactionHandle:
     """What the driver needs to commit a task's transaction from another process: the
-    producer id and epoch it ran under (-1 without one), and the family of ids its task's
-    attempts use. A decision stores it as the participant's JSON ``handle``; this is the
-    one place that reads it back."""
+    producer id and epoch it ran under (-1 without one), the family of ids its task's
+    attempts use, and ``read``, the commit log's position the write's planner read
+    before any task began (None: a task of an older version): the commit refuses the
+    write if its writer was claimed from there on. A decision stores it as the
+    participant's JSON ``handle``; this is the one place that reads it back."""
 
     producer_id: int
     epoch: int
     family: str = ""
+    read: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"producer_id": self.producer_id, "epoch": self.epoch, "family": self.family}
+        out: dict[str, Any] = {"producer_id": self.producer_id, "epoch": self.epoch, "family": self.family}
+        if self.read is not None:
+            out["read"] = self.read
+        return out
 
     @classmethod
     def of(cls, participant: Participant) -> TransactionHandle:
@@ -56,4 +64,6 @@ class TransactionHandle:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TransactionHandle:
-        return cls(int(data["producer_id"]), int(data["epoch"]), str(data.get("family", "")))
+        read = data.get("read")
+        return cls(int(data["producer_id"]), int(data["epoch"]), str(data.get("family", "")),
+                   int(read) if read is not None else None)

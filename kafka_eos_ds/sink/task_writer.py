@@ -82,15 +82,17 @@ class _Stats:
             self.ready.set()
 
 
-def write_partition(config: SinkConfig, task: Task, mark: DoneMark, items: Iterable[Any]) -> KafkaCommitMessage:
-    """One task: its rows in one transaction, pre-committed; the message for the driver."""
+def write_partition(config: SinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
+                    read: int | None = None) -> KafkaCommitMessage:
+    """One task: its rows in one transaction, pre-committed; the message for the driver,
+    which carries ``read`` (the commit log's position the planner read) to the commit."""
     family = task.write.family
     if config.exactly_once and already_decided(mark, task, items):
-        return KafkaCommitMessage(task.write, task.partition, task.attempt, 0, family)
+        return KafkaCommitMessage(task.write, task.partition, task.attempt, 0, family, read=read)
     writer = _PartitionWriter(config, task.partition, task.attempt, family)
     records = run_task(writer, items, task)
     return KafkaCommitMessage(task.write, task.partition, task.attempt, records, family, writer.transactional_id,
-                              *(writer.pid_epoch or (-1, -1)))
+                              *(writer.pid_epoch or (-1, -1)), read=read)
 
 
 class _PartitionWriter:

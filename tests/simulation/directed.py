@@ -28,6 +28,7 @@ from tests.simulation.directed_streams import (
     zombie_driver_recovery,
     zombie_driver_sweep,
     zombie_recovery_carry,
+    zombie_step_before_commit,
 )
 from tests.simulation.directed_writes import (
     app_retry_after_decision,
@@ -43,6 +44,7 @@ from tests.simulation.directed_writes import (
     foreach_file_zombie,
     foreach_file_zombie_abort,
     foreach_zombie_ordinal,
+    foreach_zombie_step_before_commit,
     live_job_shut_out,
     stage_retry_same_id,
 )
@@ -79,6 +81,11 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
                             "fixed: a driver that stalled after committing batch 0 came back and swept the sink's "
                             "open transactions (its post-commit sweep, then Spark's abort), aborting a batch a newer "
                             "driver decided meanwhile (fences now claim the decision writer and abort exactly)"),
+    "zombie-step-before-commit": (zombie_step_before_commit, set(),
+                                  "fixed: a zombie driver's whole recovery ran between a newer run's planner and its "
+                                  "commit: it claimed the decision writer before the commit step fenced it, and "
+                                  "aborted the transactions that commit step then decided (the commit now refuses "
+                                  "the batch undecided when its writer was claimed after the planner's position)"),
     "zombie-recovery-carry": (zombie_recovery_carry, set(),
                               "fixed: a recovery that re-attached a decided batch's progress stalled before "
                               "AddOffsetsToTxn; back after a newer driver committed the batch, its AddOffsetsToTxn "
@@ -142,6 +149,10 @@ DIRECTED: dict[str, tuple[Callable[[World, Oracle, random.Random], Scenario], se
     "plan-grows-after-decision": (plan_grows_after_decision, set(),
             "the source plans more tasks after a crash after the decision: the batch is finished before any new "
             "task opens an id"),
+    "foreach-zombie-step-before-commit": (foreach_zombie_step_before_commit, set(),
+            "fixed: a zombie run's commit of a df.write inside foreachBatch claimed the write's decision writer "
+            "between the live run's planner and commit of the same write, and aborted the transaction that commit "
+            "then decided (the commit now refuses the write undecided: its planner read the commit log's position)"),
     "foreach-file-zombie": (foreach_file_zombie, set(),
             "fixed: a zombie file-sink driver recorded its write done over a newer decision and wrote the "
             "micro-batch again"),

@@ -230,3 +230,36 @@ def expired_id_after_commit(w: World, oracle: Oracle, rng: random.Random) -> Sce
     q = query(w, oracle, KafkaSink(out_partitions=1), [1], 1)
     q.delays = (400.0,)
     return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)
+
+
+def reached(w: World, name: str, label: str) -> bool:
+    """Whether actor ``name`` has reached a step labelled ``label``."""
+    actor = next((a for a in w.sched.actors if a.name == name), None)
+    return actor is not None and actor.labels.get(label, 0) > 0
+
+
+def zombie_step_before_commit(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
+    """A zombie driver's whole recovery between a newer run's planner and its commit. The
+    first driver stalls at batch 1's planner, before its recovery, and is replaced. The new
+    run's planner recovers and its task pre-commits batch 1 (and is slow to report it: its
+    driver's commit has not begun). The zombie comes back now: its recovery fences the
+    decision writer, reads batch 0 done, observes the task's open transaction, claims the
+    writer and stalls before aborting. The new run's commit fences the writer (the claim is
+    already committed), sees the transaction open, decides it; its driver pauses (a GC) and
+    the zombie aborts the decided transaction. The commit now refuses the batch undecided
+    instead: the claim came after its planner read the commit log's position."""
+    task = "q.r1.b1.s0.p0.a0"
+    w.plan.script = [Fault("q.r0", "spark:plan", 2, STALL, 1_000_000),
+                     Fault(task, "fault:task-after-precommit", 1, STALL, 1_000_000),
+                     Fault("q.r0", "fault:driver-after-claim", 1, STALL, 1_000_000),
+                     Fault("q.r1", "fault:driver-after-decision", 1, STALL, 40)]
+    q = query(w, oracle, KafkaSink(out_partitions=1), [2], 1, tasks=1)
+    q.delays = (0.5,)
+    resume_when(w, "q.r0", lambda: reached(w, task, "fault:task-after-precommit")
+                and not reached(w, "q.r0", "fault:driver-after-claim"))
+    resume_when(w, task, lambda: reached(w, "q.r0", "fault:driver-after-claim"))
+    # Only once the new run's own decision is durable (never, once that commit refuses the
+    # batch): a zombie that came back later would start tasks of its own on the batch's
+    # ids, another window (a zombie task re-initialising an id a decision names).
+    resume_when(w, "q.r0", lambda: reached(w, "q.r1", "fault:driver-after-decision"))
+    return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)

@@ -40,11 +40,12 @@ from tests.simulation.write_shapes import WRITE_SHAPES
 # (anything else fails it); directed.py reproduces each cause on purpose. Drop a rule here
 # when its defect is fixed.
 # (Zombie drivers fencing on a stale read, directed zombie-driver-recovery and -sweep, are
-# fixed: fences claim the decision writer and abort exact transactions.)
+# fixed: fences claim the decision writer and abort exact transactions; so is a zombie
+# driver's whole step between a newer run's planner and its commit, directed
+# zombie-step-before-commit: the commit refuses a write whose writer was claimed since.)
 _ZOMBIES = ("a zombie task, or an old stage attempt's task restarted at attempt 0, opening a transaction on an id a "
-            "decision names (stage-retry-same-id); a zombie driver whose whole recovery runs between a newer run's "
-            "planner and that run's decision: its read and claim are current, and it aborts the newer run's "
-            "undecided transactions while that run's commit step decides them (stream-long-outages seed 300170)")
+            "decision names (stage-retry-same-id); among them a zombie driver's own tasks, started once its planner "
+            "came back, on the ids of a batch a newer run decided meanwhile (stream-and-batch seed 500027)")
 _STREAM = {"decided-fenced", "false-lost", "progress"}
 _WHY_STREAM = _ZOMBIES + ("; a zombie driver's empty batch committing its progress to the source group unfenced, "
                           "after a newer driver's")

@@ -1,0 +1,99 @@
+"""A zombie driver's whole step between a batch's planner and its commit, on a real broker
+(the simulation's directed ``zombie-step-before-commit``; docs/dev/decisions.md, "Every
+Kafka-sink write's decision is pinned"). The sink's driver and task code run directly
+against the broker, as in :mod:`.test_decisions`."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+
+from integration.helpers import consume_all
+from integration.test_decisions import _sink
+from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.sink.kafka_sink import KafkaSink
+from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
+from kafka_eos_ds.twophase.writers import Task
+
+_BATCH0 = sorted(f"b0-{i}" for i in range(20))
+_BATCH1 = sorted(f"b1-{p}-{i}" for p in (0, 1) for i in range(20))
+STREAM = WriteSpec(streaming=True)
+
+
+def test_a_zombie_drivers_recovery_between_a_planner_and_its_commit_never_aborts_a_decided_batch(
+        kafka, new_topic, tmp_path):
+    # Batch 1's planner recovers and reads the commit log's position; its two tasks
+    # pre-commit. A driver presumed dead (stalled at batch 1's planner) comes back now: its
+    # recovery fences the decision writer, reads batch 0 done, observes batch 1's open
+    # transactions, claims the writer and stalls before aborting them. The batch's commit
+    # runs then. Before: it decided the batch, the zombie aborted both transactions, and
+    # the commit failed (TransactionLostError), 0 of batch 1's 40 rows visible. Now it
+    # refuses the batch undecided; Spark aborts it and the restarted query writes it again.
+    (tmp_path / "metadata").write_text(json.dumps({"id": "q"}) + "\n")
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "0").write_text("v1\n{}\n")
+    sink = _sink(kafka, new_topic(2, prefix="out"), checkpointLocation=str(tmp_path))
+    zombie_stalled, zombie_go, decided, new_go = (threading.Event() for _ in range(4))
+
+    def hook(point, batch=None, **_):
+        if point == "driver-after-claim" and threading.current_thread().name == "zombie":
+            zombie_stalled.set()
+            zombie_go.wait(60)
+        elif (point, batch) == ("driver-after-decision", 1):
+            decided.set()
+            new_go.wait(60)
+
+    errors: dict = {}
+
+    def run(name, step):
+        try:
+            step()
+        except Exception as exc:
+            errors[name] = exc
+
+    def planned(rows_of):
+        """Batch 1 as Spark runs it: the planner's step, then two tasks on the sink it
+        pickled for them, each writing and pre-committing its transaction."""
+        planner = KafkaSink(sink.config, commit_timeout_s=30)
+        mark = planner.prepare(STREAM)
+        tasks = pickle.loads(pickle.dumps(planner))
+        return [tasks.write(Task(WriteId(Kind.STREAM, "q", 1), p, 0), mark, iter([(r,) for r in rows_of(p)]))
+                for p in (0, 1)]
+
+    batch0 = sink.precommitted(0, _BATCH0, "q", 0)
+    KafkaSink(sink.config, commit_timeout_s=30).commit(batch0.write, [batch0.participant()])
+    batch1 = planned(lambda p: [f"b1-{p}-{i}" for i in range(20)])
+    participants = [m.participant() for m in batch1]
+    faults.install(hook)
+    try:
+        zombie = threading.Thread(target=run, name="zombie", daemon=True, args=(
+            "zombie", lambda: KafkaSink(sink.config, commit_timeout_s=30).prepare(STREAM)))
+        zombie.start()
+        assert zombie_stalled.wait(60)
+        new = threading.Thread(target=run, name="new", daemon=True, args=(
+            "new", lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(batch1[0].write, participants)))
+        new.start()
+        while not decided.wait(0.2) and new.is_alive():
+            pass
+        zombie_go.set()
+        zombie.join(90)
+        new_go.set()
+        new.join(90)
+        assert not zombie.is_alive() and not new.is_alive()
+    finally:
+        zombie_go.set()
+        new_go.set()
+        faults.install(None)
+    refused = errors.get("new")
+    assert isinstance(refused, TransactionError) and refused.retriable, repr(refused)
+    assert "claimed its commit-log writer since the batch was planned" in str(refused)
+    # Spark aborts the refused batch: nothing of it is visible.
+    KafkaSink(sink.config, commit_timeout_s=30).abort(batch1[0].write, participants, STREAM)
+    values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
+    assert values == _BATCH0
+    # The restarted query plans batch 1 again and commits it: every row once.
+    again = planned(lambda p: [f"b1-{p}-{i}" for i in range(20)])
+    KafkaSink(sink.config, commit_timeout_s=30).commit(again[0].write, [m.participant() for m in again])
+    values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
+    assert values == sorted(_BATCH0 + _BATCH1)
