@@ -9,12 +9,12 @@ import json
 import pickle
 import threading
 
-from integration.helpers import consume_all
 from integration.test_decisions import _sink
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.sink.kafka_sink import KafkaSink
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
 from kafka_eos_ds.twophase.writers import Task
+from kafka_eos_tools.topics import consume_all
 
 _BATCH0 = sorted(f"b0-{i}" for i in range(20))
 _BATCH1 = sorted(f"b1-{p}-{i}" for p in (0, 1) for i in range(20))
