@@ -3,10 +3,9 @@ each write commits, every partition is registered once, and every row is in the 
 once. A unique-key clash between two registrations is retried by the sink, never taken
 for a refusal of the partition.
 
-The writers are `txnAppId` writes, each its own app: concurrent batch jobs (no app) on
-one table also finish each other's decisions, which fails a live job falsely
-(docs/dev/decisions.md, "Open: a batch job finishing a live job's commit";
-tests/test_concurrent_jobs.py)."""
+The writers are `txnAppId` writes, each its own app (concurrent batch jobs without an app
+also finish each other's decisions: docs/dev/decisions.md, "A batch job whose decision
+another job finished reports success"; tests/test_concurrent_jobs.py)."""
 
 from __future__ import annotations
 

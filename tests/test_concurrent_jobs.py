@@ -1,10 +1,13 @@
 """Two batch jobs on one table: a job's commit finishes the decided batches other jobs
 left unfinished (a driver that died during its commit), and so also one whose own commit
-is still running. That job then fails saying nothing it decided is recorded, though its
-rows are final: Spark reports it failed, and a re-run would write them twice. Open
-(docs/dev/decisions.md, "Open: a batch job finishing a live job's commit")."""
+is still running. That job then finds its decision recorded done by the other: its rows
+are final, and it reports success (before: it failed saying nothing it decided is
+recorded, and a re-run would have written its rows twice; docs/dev/decisions.md, "A batch
+job whose decision another job finished reports success")."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,8 +16,9 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
+from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.twophase import Kind, WriteId, faults
+from kafka_eos_ds.twophase import DONE, Kind, WriteId, faults
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 
@@ -30,9 +34,6 @@ def _staged(path, name: str, ids: list[int]):
     return sink, write, sink.write(Task(write, 0, 0), mark, iter([rows])).participant()
 
 
-@pytest.mark.xfail(strict=True, raises=TransactionError,
-                   reason="open: a batch job's commit finishes a live job's decision, which then fails falsely "
-                          "(docs/dev/decisions.md)")
 @pytest.mark.parametrize("point", ["driver-after-decision", "driver-after-first-commit", "driver-after-all-commits"])
 def test_a_job_whose_decision_another_job_finished_reports_its_commit(tmp_path, point):
     table = tmp_path / "events"
@@ -46,7 +47,29 @@ def test_a_job_whose_decision_another_job_finished_reports_its_commit(tmp_path, 
 
     faults.install(hook)
     try:
-        x_sink.commit(x, [x_msg])  # today: TransactionError "fell behind ... nothing it decided is recorded"
+        x_sink.commit(x, [x_msg])  # before: TransactionError "fell behind ... nothing it decided is recorded"
     finally:
         faults.install(None)
     assert sorted(pq.read_table(str(table)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_job_whose_writer_recorded_another_decision_since_still_fails(tmp_path):
+    """Only its own decision recorded done counts: a job whose writer's log holds another
+    outcome since (a driver of the same writer that moved on) stops as before."""
+    table = tmp_path / "events"
+    x_sink, x, x_msg = _staged(table, "job-x", [1, 2, 3])
+
+    def hook(name: str, **_: object) -> None:
+        if name == "driver-after-all-commits":
+            faults.install(None)
+            log = FileDecisionLog(x_sink.config.layout, x_sink.config.store())
+            decided = log.latest(x.key)
+            assert decided is not None
+            log.write(x.key, replace(decided, participants=()).with_state(DONE))
+
+    faults.install(hook)
+    try:
+        with pytest.raises(TransactionError, match="fell behind"):
+            x_sink.commit(x, [x_msg])
+    finally:
+        faults.install(None)

@@ -318,7 +318,7 @@ class TwoPhaseCommitter:
             # recovery or their timeout.
             decided = {p.id for p in decision.participants}
             self._fence(sorted({p.id for p in messages if p is not None and p.records > 0} - decided))
-        self.decisions.write(write.key, decision.with_state(DONE))
+        self._record_done(write, decision)
         faults.check("driver-after-done", batch=batch)
         self._forget_job(write)
 
@@ -432,6 +432,20 @@ class TwoPhaseCommitter:
         self._retrying(lambda: store.carry(progress, first), f"Could not attach the batch's progress to {first.id}",
                        then=_RESTART)
         faults.check("driver-after-progress", batch=decision.batch_id)
+
+    def _record_done(self, write: WriteId, decision: Decision) -> None:
+        """Record the write's decision done. Another batch job's commit finishes the
+        decisions it finds unfinished (:meth:`_finish_jobs`) and cannot tell a live job
+        from a dead one, so a job may find its own decision recorded done by another,
+        its writer's log moved on under it: every row is final then, and the job succeeded
+        (reporting it failed would have its user run it again, writing its rows twice)."""
+        try:
+            self.decisions.write(write.key, decision.with_state(DONE))
+        except KafkaEosError:
+            if write.kind is not Kind.JOB or not _finished_by_another(
+                    self._read(lambda: self.decisions.latest(write.key)), decision):
+                raise
+            log.info("batch job %s: another job's commit finished its decision; every row is committed", write.app)
 
     def _forget_job(self, write: WriteId) -> None:
         """Drop a finished job's record: best effort (the job is committed either way, and
@@ -628,6 +642,13 @@ class TwoPhaseCommitter:
                               then=_RESTART):
             log.info("%s (%s) moved on before it could be aborted: not this step's to abort", instance.id,
                      instance.tag)
+
+
+def _finished_by_another(latest: Decision | None, decision: Decision) -> bool:
+    """``latest`` is ``decision`` recorded done (by another job's commit)."""
+    return (latest is not None and latest.state == DONE and latest.query_id == decision.query_id
+            and latest.batch_id == decision.batch_id
+            and [p.id for p in latest.participants] == [p.id for p in decision.participants])
 
 
 def _key_of(write: WriteId, decision: Decision) -> str:
