@@ -3,8 +3,9 @@ each write commits, every partition is registered once, and every row is in the 
 once. A unique-key clash between two registrations is retried by the sink, never taken
 for a refusal of the partition.
 
-The writers are `txnAppId` writes, each its own app (concurrent batch jobs without an app
-also finish each other's decisions: docs/dev/decisions.md, "A batch job whose decision
+The writers are `txnAppId` writes, each its own app, or plain batch jobs (`df.write`
+without an app), whose commits also finish each other's decisions: a job whose decision
+another finished reports success (docs/dev/decisions.md, "A batch job whose decision
 another job finished reports success"; tests/test_concurrent_jobs.py)."""
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ SCHEMA = StructType([StructField("id", LongType()), StructField("country", Strin
 WRITERS, ROUNDS, PARTITIONS = 4, 3, 12  # one call registers twelve: a wide window for a clash
 
 
-def test_writers_registering_one_new_partition_at_once_each_commit_and_register_it_once(metastore, tmp_path):
+@pytest.mark.parametrize("writers", ["apps", "jobs"])
+def test_writers_registering_one_new_partition_at_once_each_commit_and_register_it_once(metastore, tmp_path,
+                                                                                       writers):
     from hmsclient import hmsclient
     from hmsclient.genthrift.hive_metastore.ttypes import Database
 
@@ -47,8 +50,8 @@ def test_writers_registering_one_new_partition_at_once_each_commit_and_register_
     def job(writer: int, round_: int, countries: list[str], start: threading.Barrier) -> None:
         try:
             sink = FileSink(FileSinkConfig.from_options(options, SCHEMA), SCHEMA)
-            spec = WriteSpec.for_batch({"txnAppId": f"etl-{writer}", "txnVersion": str(round_)}.get,
-                                       f"job-{round_}-{writer}")
+            app = {"txnAppId": f"etl-{writer}", "txnVersion": str(round_)} if writers == "apps" else {}
+            spec = WriteSpec.for_batch(app.get, f"job-{round_}-{writer}")
             mark = sink.prepare(spec)
             write = spec.planned()
             ids = [round_ * 1000 + writer * 100 + n for n in range(len(countries))]
