@@ -25,6 +25,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType  # n
 
 from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
 from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
+from kafka_eos_ds.twophase import Kind, WriteId  # noqa: E402
 from kafka_eos_ds.twophase.identity import WriteSpec  # noqa: E402
 from kafka_eos_ds.twophase.writers import Task  # noqa: E402
 
@@ -51,9 +52,11 @@ def test_writers_registering_one_new_partition_at_once_each_commit_and_register_
         try:
             sink = FileSink(FileSinkConfig.from_options(options, SCHEMA), SCHEMA)
             app = {"txnAppId": f"etl-{writer}", "txnVersion": str(round_)} if writers == "apps" else {}
-            spec = WriteSpec.for_batch(app.get, f"job-{round_}-{writer}")
+            name = f"job-{round_}-{writer}"
+            spec = WriteSpec.for_batch(app.get, name)
             mark = sink.prepare(spec)
-            write = spec.planned()
+            # A job's planner cannot name its write (Spark gives it no job id): its tasks do.
+            write = spec.planned() or WriteId(Kind.JOB, name, 0, job=name)
             ids = [round_ * 1000 + writer * 100 + n for n in range(len(countries))]
             rows = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
                                                "country": pa.array(countries, pa.string())})
