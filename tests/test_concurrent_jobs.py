@@ -7,6 +7,8 @@ job whose decision another job finished reports success")."""
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import replace
 
 import pyarrow as pa
@@ -18,7 +20,7 @@ from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.twophase import DONE, Kind, WriteId, faults
+from kafka_eos_ds.twophase import DONE, Kind, Participant, WriteId, faults
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 
@@ -73,3 +75,55 @@ def test_a_job_whose_writer_recorded_another_decision_since_still_fails(tmp_path
             x_sink.commit(x, [x_msg])
     finally:
         faults.install(None)
+
+
+def test_a_job_finishing_another_jobs_decision_that_the_other_finished_meanwhile_commits(tmp_path, monkeypatch):
+    """Job Y finishes job X's decision while X, live, finishes it too and drops its record
+    (a finished job's decisions are forgotten) just as Y records it done: Y's record finds
+    its directory gone. Nothing is left for Y to do, and it commits its own write (before:
+    Y failed, FileNotFoundError; seen with a real metastore, test_table_registration)."""
+    table = tmp_path / "events"
+    x_sink, x, x_msg = _staged(table, "job-x", [1, 2, 3])
+    y_sink, y, y_msg = _staged(table, "job-y", [4, 5, 6])
+    x_decided, x_go, x_done = threading.Event(), threading.Event(), threading.Event()
+    errors: dict[str, BaseException] = {}
+    link = os.link
+
+    def hook(name: str, **_: object) -> None:
+        if threading.current_thread().name == "x" and name == "driver-after-decision":
+            x_decided.set()
+            assert x_go.wait(30)
+
+    def interleaved_link(source, target, *args, **kwargs):
+        # Y's done record of X's decision, written and about to be linked in place: X
+        # goes on now, records its own done and drops its records.
+        if threading.current_thread().name == "y" and "/decisions/" in str(target) and not x_go.is_set():
+            x_go.set()
+            assert x_done.wait(30)
+        return link(source, target, *args, **kwargs)
+
+    def run(name: str, sink: FileSink, write: WriteId, message: Participant) -> None:
+        try:
+            sink.commit(write, [message])
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors[name] = exc
+        finally:
+            if name == "x":
+                x_done.set()
+
+    monkeypatch.setattr(os, "link", interleaved_link)
+    faults.install(hook)
+    try:
+        tx = threading.Thread(target=run, name="x", args=("x", x_sink, x, x_msg))
+        tx.start()
+        assert x_decided.wait(30)
+        ty = threading.Thread(target=run, name="y", args=("y", y_sink, y, y_msg))
+        ty.start()
+        for t in (tx, ty):
+            t.join(60)
+    finally:
+        x_go.set()
+        x_done.set()
+        faults.install(None)
+    assert x_go.is_set() and errors == {}, errors
+    assert sorted(pq.read_table(str(table)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]

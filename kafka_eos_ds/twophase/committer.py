@@ -187,10 +187,20 @@ class TwoPhaseCommitter:
             except (TransactionLostError, TransactionOutcomeUnknownError) as exc:
                 # Known lost, or no longer to be told (and said so, by this error, which names
                 # what to check): recorded, so that it fails one write, not every later one.
-                # Any other failure keeps the decision for the next writer: the job may even
-                # still be committing it itself.
                 self._record(key, decision.with_state(_final_state(exc)))
                 raise
+            except Exception:
+                # The job may be live and have finished its decision meanwhile, down to
+                # dropping its records (the directory this record was going to): then there
+                # is nothing left to finish. Otherwise the failure stands, and the decision
+                # stays for the next writer.
+                if self._latest(key) == decision:
+                    raise
+                log.info("batch job %s finished its commit meanwhile", decision.query_id)
+
+    def _latest(self, key: str) -> Decision | None:
+        latest: Decision | None = self._read(lambda: self.decisions.latest(key))
+        return latest
 
     def _fence_abandoned_jobs(self, write: WriteId) -> None:
         """Abort the open transactions of other batch jobs that no job can decide any more
@@ -442,8 +452,7 @@ class TwoPhaseCommitter:
         try:
             self.decisions.write(write.key, decision.with_state(DONE))
         except KafkaEosError:
-            if write.kind is not Kind.JOB or not _finished_by_another(
-                    self._read(lambda: self.decisions.latest(write.key)), decision):
+            if write.kind is not Kind.JOB or not _finished_by_another(self._latest(write.key), decision):
                 raise
             log.info("batch job %s: another job's commit finished its decision; every row is committed", write.app)
 
