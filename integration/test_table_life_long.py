@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.storage, pytest.mark.full, pytest.mark.timeout(2400)]
 pytest.importorskip("hmsclient", reason="the metastore client is not installed (pip install -e '.[hive]')")
 pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip install -e '.[hdfs]')")
 
+from kafka_eos_tools.demo import processes  # noqa: E402
 from kafka_eos_tools.demo.table_life import LifePlan, run_table_life  # noqa: E402
 
 CRASHES = 3
@@ -41,7 +42,11 @@ def test_two_pipelines_killed_beside_retention_write_every_record_once_and_every
 
     plan = LifePlan(bootstrap=kafka.bootstrap, hdfs=hdfs.url, metastore=metastore.uri, workdir=tmp_path / "life",
                     crashes=CRASHES, seed=36, run_timeout=300.0, replication=kafka.replication())
-    result = run_table_life(plan, progress)
+    try:
+        result = run_table_life(plan, progress)
+    finally:
+        left = processes.naming(str(plan.workdir))
+    assert left == [], f"the run left processes running: {left}"
     print(result.summary())
     audit = result.audit
     assert audit.ok, f"{audit.table_text()}\n{audit.to_dict()}\nlogs: {result.logs}"
