@@ -207,6 +207,7 @@ def run_table_life(plan: LifePlan, progress: Progress = lambda msg, frac: None) 
         retention.stopping.set()
         for pipeline in pipelines:
             pipeline.kill(hard=True)
+        retention.join(60)  # its pass under way ends before the servers stop
     runs = sum(p.runs for p in [one.pipeline, two.pipeline, *new_queries])
     return LifeResult(audit, records_in, {lane.number: lane.kills for lane in lanes}, runs, len(retention.dropped),
                       len(retention.removed), dead, dead_files, time.monotonic() - started, plan.workdir)
