@@ -12,13 +12,14 @@ may take on a quiet machine. The table sink's crash points themselves run in the
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from kafka_eos_tools.demo import processes
 
 pytestmark = [pytest.mark.storage, pytest.mark.full, pytest.mark.timeout(1200)]
 
@@ -27,20 +28,6 @@ pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip
 
 REPO = Path(__file__).resolve().parents[1]  # the tooling runs from the checkout
 CRASHES = 3
-
-
-def _processes_naming(text: str) -> list[str]:
-    """Command lines of running processes that mention ``text`` (the demo's directory)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if text in cmdline:
-                found.append(f"{entry.name}: {cmdline[:200]}")
-    return found
 
 
 def test_demo_table_is_exactly_once_through_the_metastore_and_over_the_path_with_driver_kills(tmp_path):
@@ -55,7 +42,7 @@ def test_demo_table_is_exactly_once_through_the_metastore_and_over_the_path_with
         out, err = proc.communicate(timeout=120)
         pytest.fail(f"the demo did not finish in 1000s:\n{err[-3000:]}")
     finally:
-        left = _processes_naming(str(workdir))
+        left = processes.naming(str(workdir))
     assert left == [], f"the demo left processes running: {left}"
     assert proc.returncode == 0, f"{out[-3000:]}\n{err[-3000:]}"
     report = json.loads(out)

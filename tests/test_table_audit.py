@@ -14,7 +14,7 @@ import pytest
 from kafka_eos_tools import cli
 from kafka_eos_tools.audit import Record
 from kafka_eos_tools.demo import table_audit
-from kafka_eos_tools.demo.table_chaos import PARTITION_COLUMNS, _expected_partition
+from kafka_eos_tools.demo.table_chaos import PARTITION_COLUMNS, expected_partition
 
 STAMP = datetime(2026, 11, 24, 13, 5, tzinfo=timezone.utc)
 
@@ -29,32 +29,32 @@ def _row(i):
 
 
 def _placed(rows, buckets=4):
-    return [(_expected_partition(r, buckets), r) for r in rows]
+    return [(expected_partition(r, buckets), r) for r in rows]
 
 
 def test_a_row_belongs_in_its_timestamps_day_and_hour_and_its_keys_bucket():
     row = _row(3)
-    assert _expected_partition(row, 4) == f"dt=2026-11-24/hour=13/bucket={zlib.crc32(b'k3') % 4}"
+    assert expected_partition(row, 4) == f"dt=2026-11-24/hour=13/bucket={zlib.crc32(b'k3') % 4}"
     # A naive timestamp (Arrow without a zone) is UTC, as the sink writes it.
-    assert _expected_partition({**row, "timestamp": STAMP.replace(tzinfo=None)}, 4) == _expected_partition(row, 4)
+    assert expected_partition({**row, "timestamp": STAMP.replace(tzinfo=None)}, 4) == expected_partition(row, 4)
 
 
 def test_every_row_once_in_its_partition_passes():
     rows = [_row(i) for i in range(20)]
-    read = table_audit.audit_rows(_inputs(20), _placed(rows), lambda r: _expected_partition(r, 4), 3)
+    read = table_audit.audit_rows(_inputs(20), _placed(rows), lambda r: expected_partition(r, 4), 3)
     assert read.ok and read.report.records_out == read.report.unique_out == 20 and read.misplaced == 0
 
 
 def test_duplicates_losses_and_misplaced_rows_are_counted():
     rows = _placed([_row(i) for i in range(18)] + [_row(4)])  # 18, 19 lost; 4 twice
     rows.append(("dt=2026-11-24/hour=14/bucket=0", _row(5)))  # 5 twice, once in another hour
-    read = table_audit.audit_rows(_inputs(20), rows, lambda r: _expected_partition(r, 4), 3)
+    read = table_audit.audit_rows(_inputs(20), rows, lambda r: expected_partition(r, 4), 3)
     assert (read.report.duplicates, read.report.losses, read.misplaced) == (2, 2, 1)
     assert not read.ok and "id 5 in dt=2026-11-24/hour=14/bucket=0" in read.example
 
 
 def _audit(registered, on_disk, **kw):
-    clean = table_audit.audit_rows(_inputs(2), _placed([_row(0), _row(1)]), lambda r: _expected_partition(r, 4), 1)
+    clean = table_audit.audit_rows(_inputs(2), _placed([_row(0), _row(1)]), lambda r: expected_partition(r, 4), 1)
     return table_audit.TableAudit("db.t", "hdfs://h:1/t", clean, clean, registered=registered, on_disk=on_disk, **kw)
 
 
@@ -88,7 +88,7 @@ def test_the_dataset_read_sees_final_files_only_with_their_partition_values(tmp_
 
     on_disk, read = table_audit.read_dataset(LocalFileSystem(), str(tmp_path), PARTITION_COLUMNS)
     assert on_disk == sorted({d for d, _ in _placed(rows)})
-    audit = table_audit.audit_rows(_inputs(12), read, lambda r: _expected_partition(r, 4), len(on_disk))
+    audit = table_audit.audit_rows(_inputs(12), read, lambda r: expected_partition(r, 4), len(on_disk))
     assert audit.ok and audit.report.records_out == 12
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from kafka_eos_tools.broker.cluster import EmbeddedKafka
 
 Progress = Callable[[str, float], None]
+Stamp = Callable[[int], int]  # a record's id -> its timestamp (ms since the epoch)
 
 
 # What one bounce does. "hard" is SIGKILL (a crash), "clean" is SIGTERM (an orderly stop).
@@ -98,10 +99,11 @@ def create_topics(bootstrap: str, names: dict[str, int], replication: int) -> No
         future.result(90)
 
 
-def seed_input(bootstrap: str, topic: str, records: int, keys: int = 64, start: int = 0) -> None:
+def seed_input(bootstrap: str, topic: str, records: int, keys: int = 64, start: int = 0,
+               timestamp_of: Stamp | None = None) -> None:
     """Records with ids ``start .. start + records - 1`` (see :func:`_produce_ids`)."""
     producer = _input_producer(bootstrap)
-    _produce_ids(producer, topic, range(start, start + records), keys)
+    _produce_ids(producer, topic, range(start, start + records), keys, timestamp_of)
     if producer.flush(120):
         raise RuntimeError(f"seeding {topic} did not finish")
 
@@ -116,13 +118,16 @@ def _input_producer(bootstrap: str):
                             "partitioner": "murmur2_random"}))
 
 
-def _produce_ids(producer, topic: str, ids: range, keys: int) -> None:
+def _produce_ids(producer, topic: str, ids: range, keys: int, timestamp_of: Stamp | None = None) -> None:
     """Records ``b"<id>|..."`` keyed ``k<id % keys>``: one producer, ids in order, so
-    each key's records are in id order (what the audit's order check relies on)."""
+    each key's records are in id order (what the audit's order check relies on).
+    ``timestamp_of``: each record's timestamp (ms) from its id (default: the producer's clock)."""
     for i in ids:
+        stamp = {} if timestamp_of is None else {"timestamp": timestamp_of(i)}
         while True:
             try:
-                producer.produce(topic, key=f"k{i % keys}".encode(), value=f"{i}|record {i} of the demo".encode())
+                producer.produce(topic, key=f"k{i % keys}".encode(), value=f"{i}|record {i} of the demo".encode(),
+                                 **stamp)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -138,13 +143,16 @@ class InputFeeder(threading.Thread):
     So the feeder keeps about ``ahead`` records not yet seen in OUT, until ``finish()``;
     then it writes whatever is missing to reach ``at_least`` and stops. The input is the
     ids 0..fed-1, so ``fed`` is at least ``at_least`` and grows with the bounces' length.
+    ``first`` shifts the ids (``first .. first+fed-1``: two inputs of one table kept apart);
+    ``timestamp_of`` gives each record its timestamp (:func:`_produce_ids`).
     """
 
     def __init__(self, bootstrap: str, topic: str, at_least: int, ahead: int, seen: Callable[[], int],
-                 keys: int = 64) -> None:
+                 keys: int = 64, first: int = 0, timestamp_of: Stamp | None = None) -> None:
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.at_least, self.ahead, self.seen, self.keys = (
             bootstrap, topic, at_least, ahead, seen, keys)
+        self.first, self.timestamp_of = first, timestamp_of
         self.fed = 0
         self.finishing = threading.Event()
         self.error: BaseException | None = None
@@ -162,7 +170,8 @@ class InputFeeder(threading.Thread):
             self.error = exc
 
     def _feed(self, producer, count: int) -> None:
-        _produce_ids(producer, self.topic, range(self.fed, self.fed + count), self.keys)
+        start = self.first + self.fed
+        _produce_ids(producer, self.topic, range(start, start + count), self.keys, self.timestamp_of)
         if producer.flush(120):
             raise RuntimeError(f"writing input to {self.topic} did not finish")
         self.fed += count
@@ -259,8 +268,9 @@ def _job_cmd(plan: ChaosPlan, input_topic: str, output_topic: str, available_now
 class Pipeline:
     """The pipeline's driver process across restarts."""
 
-    def __init__(self, plan: ChaosPlan, input_topic: str, output_topic: str) -> None:
-        self.plan, self.input_topic, self.output_topic = plan, input_topic, output_topic
+    def __init__(self, plan: ChaosPlan, input_topic: str, output_topic: str, env: dict | None = None) -> None:
+        # env: the driver's whole environment (default: this process's), e.g. with a fault injected
+        self.plan, self.input_topic, self.output_topic, self.env = plan, input_topic, output_topic, env
         self.proc: subprocess.Popen | None = None
         self.runs = 0
         self.self_exits = 0
@@ -280,7 +290,7 @@ class Pipeline:
             self.killed = False
             self.runs += 1
             self.proc = processes.start(_job_cmd(self.plan, self.input_topic, self.output_topic, False),
-                                        self.log(self.runs))
+                                        self.log(self.runs), self.env)
 
     def log(self, run: int) -> Path:
         return self.plan.workdir / f"run-{run}.log"

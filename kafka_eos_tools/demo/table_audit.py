@@ -8,6 +8,11 @@ and over the table's path.
   which skips names starting with ``_`` or ``.`` (the sink's ``_kafka_eos`` staging and
   the ``_SUCCESS`` markers), as ``spark.read.parquet`` does.
 
+Rows a retention job read from partitions right before dropping them (the table-life run,
+:mod:`.retention`) are passed along with the rows read, so every input id must be in the
+table or among them once; a dropped partition registered again, or its directory there
+again, is reported (``dropped_back``).
+
 Each read is checked against the input topic's ids (:func:`kafka_eos_tools.audit.audit_records`:
 records in, out, duplicates, losses, unexpected records) and every row against the
 partition it was found in (``expected_partition``: the values the pipeline derives from
@@ -62,6 +67,10 @@ class TableAudit:
     on_disk: list[str] = field(default_factory=list)  # directories holding final files
     wrong_location: list[str] = field(default_factory=list)
     staged_left: list[str] = field(default_factory=list)
+    # Partitions a retention job dropped on purpose, and those of them back afterwards
+    # (registered again, or their directory there again): none may come back.
+    dropped: list[str] = field(default_factory=list)
+    dropped_back: list[str] = field(default_factory=list)
 
     @property
     def unregistered(self) -> list[str]:
@@ -82,7 +91,7 @@ class TableAudit:
     @property
     def ok(self) -> bool:
         return (self.metastore.ok and self.dataset.ok and self.partitions_ok and not self.staged_left
-                and self.metastore.report.records_out == self.dataset.report.records_out)
+                and not self.dropped_back and self.metastore.report.records_out == self.dataset.report.records_out)
 
     def to_dict(self) -> dict:
         return {"table": self.table, "location": self.location, "records_in": self.metastore.report.records_in,
@@ -90,7 +99,8 @@ class TableAudit:
                 "partitions_registered": len(self.registered), "partitions_on_disk": len(self.on_disk),
                 "partitions_unregistered": self.unregistered, "partitions_registered_empty": self.registered_empty,
                 "partitions_registered_twice": self.registered_twice, "partitions_wrong_location":
-                self.wrong_location, "staged_files_left": len(self.staged_left), "ok": self.ok}
+                self.wrong_location, "staged_files_left": len(self.staged_left),
+                "partitions_dropped": len(self.dropped), "partitions_dropped_back": self.dropped_back, "ok": self.ok}
 
     def table_text(self) -> str:
         m, d = self.metastore, self.dataset
@@ -108,6 +118,8 @@ class TableAudit:
                      f"{len(self.unregistered)} unregistered, {len(self.registered_empty)} registered empty, "
                      f"{len(self.registered_twice)} registered twice, {len(self.wrong_location)} at another location")
         lines.append(f"staged files left       {len(self.staged_left):,}")
+        if self.dropped:
+            lines.append(f"partitions dropped by retention {len(self.dropped):,}, back since: {len(self.dropped_back)}")
         for name, sample in {**m.report.examples, **d.report.examples}.items():
             lines.append(f"  e.g. {name}: {sample}")
         for sample in (m.example, d.example):
@@ -148,11 +160,19 @@ def read_through_metastore(client: Any, hdfs: Any, database: str, table: str) ->
     for partition in client.get_partitions(database, table, -1):
         name = hive_name(dict(zip(keys, partition.values, strict=True)))
         partitions.append((name, partition.sd.location))
-        for status in hdfs.list_status(_path_of(partition.sd.location), False):
-            if not status.isdir and posixpath.basename(status.path).startswith("part-"):
-                with hdfs.read(status.path) as reader:
-                    rows += [(name, row) for row in _parquet_rows(bytes(reader.read()))]
+        rows += [(name, row) for _file, row in partition_rows(hdfs, partition.sd.location)]
     return partitions, rows
+
+
+def partition_rows(hdfs: Any, location: str) -> list[tuple[str, dict]]:
+    """(file name, row) of every final file (``part-*``) in a partition's ``location``."""
+    found = []
+    for status in hdfs.list_status(path_of(location), False):
+        name = posixpath.basename(status.path)
+        if not status.isdir and name.startswith("part-"):
+            with hdfs.read(status.path) as reader:
+                found += [(name, row) for row in _parquet_rows(bytes(reader.read()))]
+    return found
 
 
 def read_dataset(filesystem: Any, root: str, partition_names: list[str]) -> tuple[list[str], list[tuple[str, dict]]]:
@@ -188,6 +208,6 @@ def _parquet_rows(data: bytes) -> list[dict]:
     return list(pq.read_table(io.BytesIO(data)).to_pylist())
 
 
-def _path_of(url: str) -> str:
+def path_of(url: str) -> str:
     """``hdfs://host:port/a/b`` -> ``/a/b``."""
     return "/" + url.split("://", 1)[1].partition("/")[2] if "://" in url else url

@@ -20,6 +20,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
+from typing import Sequence
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.kafka.settings import logged
@@ -71,12 +72,7 @@ def run_table_chaos(plan: TablePlan, progress: Progress = lambda msg, frac: None
     location = f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db/{table}"
     create_topics(plan.bootstrap, {input_topic: 2}, plan.replication)
     create_database(plan.metastore, DATABASE, f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db")
-    chaos = ChaosPlan(bootstrap=plan.bootstrap, workdir=plan.workdir, records=plan.records, input_partitions=2,
-                      max_offsets=plan.max_offsets, seed=plan.seed, run_timeout=plan.run_timeout,
-                      sink_format="kafka_eos_file",
-                      sink_options=[f"path={location}", f"partitionBy={PARTITION_BY}", f"table={DATABASE}.{table}",
-                                    f"hive.metastore.uris={plan.metastore}", "successFile=true"],
-                      job_args=["--column", "timestamp", "--column", f"pmod(crc32(key), {plan.buckets}) as bucket"])
+    chaos = table_pipeline(plan, plan.workdir, table, location)
     committed = CommittedInput(plan.workdir / "checkpoint")
     feeder = InputFeeder(plan.bootstrap, input_topic, plan.records, 3 * plan.max_offsets, committed.records)
     feeder.start()
@@ -109,6 +105,19 @@ def run_table_chaos(plan: TablePlan, progress: Progress = lambda msg, frac: None
     return TableResult(audit, crashes, pipeline.runs, time.monotonic() - started, fed)
 
 
+def table_pipeline(plan: TablePlan, workdir: Path, table: str, location: str, job_args: Sequence[str] = ()
+                   ) -> ChaosPlan:
+    """The pipeline into ``table`` at ``location``, its checkpoint and logs in ``workdir``
+    (``job_args``: more arguments of the job, e.g. ``--resume-from-table``)."""
+    return ChaosPlan(bootstrap=plan.bootstrap, workdir=workdir, records=plan.records, input_partitions=2,
+                     max_offsets=plan.max_offsets, seed=plan.seed, run_timeout=plan.run_timeout,
+                     sink_format="kafka_eos_file",
+                     sink_options=[f"path={location}", f"partitionBy={PARTITION_BY}", f"table={DATABASE}.{table}",
+                                   f"hive.metastore.uris={plan.metastore}", "successFile=true"],
+                     job_args=["--column", "timestamp", "--column", f"pmod(crc32(key), {plan.buckets}) as bucket",
+                               *job_args])
+
+
 class CommittedInput:
     """How many input records the table holds by now: the end offsets of the newest batch
     in the checkpoint's commit log (the input carries no transactions, so offsets count
@@ -121,14 +130,18 @@ class CommittedInput:
         return Checkpoint.at(str(self.checkpoint)).latest_batch("commits") if self.checkpoint.exists() else -1
 
     def records(self) -> int:
+        return sum(self.ends().values())
+
+    def ends(self) -> dict[tuple[str, int], int]:
+        """Per (topic, partition), the offset the newest committed batch ends at."""
         batch = self.batch()
         if batch < 0:
-            return 0
+            return {}
         try:
             ends = Checkpoint.at(str(self.checkpoint)).end_offsets(batch)
         except ConfigError:  # the log entry being written right now
-            return 0
-        return sum(offset for parts in ends.values() for offset in parts.values())
+            return {}
+        return {(topic, int(part)): offset for topic, parts in ends.items() for part, offset in parts.items()}
 
 
 def _wait_for_a_batch(plan: TablePlan, pipeline: Pipeline, committed: CommittedInput, progress: Progress,
@@ -149,7 +162,7 @@ def create_database(uri: str, name: str, location: str) -> None:
     """The database the sink creates its table in (it must exist), if it does not yet."""
     from hmsclient.genthrift.hive_metastore.ttypes import AlreadyExistsException, Database
 
-    with _metastore_client(uri) as client:
+    with metastore_client(uri) as client:
         try:
             client.create_database(Database(name=name, description="kafka_eos demo", locationUri=location,
                                             parameters={}))
@@ -157,32 +170,49 @@ def create_database(uri: str, name: str, location: str) -> None:
             pass
 
 
-def audit_table(plan: TablePlan, input_topic: str, table: str, location: str) -> table_audit.TableAudit:
+def audit_table(plan: TablePlan, input_topics: str | Sequence[str], table: str, location: str,
+                removed: Sequence[tuple[str, dict]] = (), dropped: Sequence[str] = ()) -> table_audit.TableAudit:
+    """The table against its input topics (ids distinct across them). ``removed``: the rows
+    a retention job read from the partitions ``dropped`` right before dropping them; each
+    counts as the table's own, so every input id must be in the table or among them once."""
     import hdfs_native
     from hdfs_native.fsspec import HdfsFileSystem
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-    inputs = list(read_topic(logged({"bootstrap.servers": plan.bootstrap}), input_topic, id_extractor()))
+    topics = [input_topics] if isinstance(input_topics, str) else list(input_topics)
+    inputs = [record for topic in topics
+              for record in read_topic(logged({"bootstrap.servers": plan.bootstrap}), topic, id_extractor())]
     host, port = plan.hdfs.removeprefix("hdfs://").rsplit(":", 1)
     root = "/" + location.removeprefix(plan.hdfs).strip("/")
     hdfs = hdfs_native.Client(plan.hdfs)
 
     def placement(row: dict) -> str:
-        return _expected_partition(row, plan.buckets)
+        return expected_partition(row, plan.buckets)
 
-    with _metastore_client(plan.metastore) as client:
+    with metastore_client(plan.metastore) as client:
         partitions, rows = table_audit.read_through_metastore(client, hdfs, DATABASE, table)
-    through_metastore = table_audit.audit_rows(inputs, rows, placement, len(partitions))
+    through_metastore = table_audit.audit_rows(inputs, [*rows, *removed], placement, len(partitions))
     filesystem = PyFileSystem(FSSpecHandler(HdfsFileSystem(host=host, port=int(port))))
     on_disk, rows = table_audit.read_dataset(filesystem, root, PARTITION_COLUMNS)
-    over_path = table_audit.audit_rows(inputs, rows, placement, len(on_disk))
+    over_path = table_audit.audit_rows(inputs, [*rows, *removed], placement, len(on_disk))
+    registered = [n for n, _ in partitions]
+    # Back: registered again, or its directory there again (files, or only a _SUCCESS marker).
+    back = sorted(n for n in set(dropped) if n in registered or _exists(hdfs, f"{root}/{n}"))
     return table_audit.TableAudit(
-        f"{DATABASE}.{table}", location, through_metastore, over_path, registered=[n for n, _ in partitions],
+        f"{DATABASE}.{table}", location, through_metastore, over_path, registered=registered,
         on_disk=on_disk, wrong_location=[n for n, loc in partitions if loc.rstrip("/") != f"{location}/{n}"],
-        staged_left=table_audit.staged_files(hdfs, root))
+        staged_left=table_audit.staged_files(hdfs, root), dropped=sorted(set(dropped)), dropped_back=back)
 
 
-def _expected_partition(row: dict, buckets: int) -> str:
+def _exists(hdfs, path: str) -> bool:
+    try:
+        hdfs.get_file_info(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def expected_partition(row: dict, buckets: int) -> str:
     """Where the pipeline puts a row: its Kafka timestamp's UTC day and hour, and Spark's
     ``pmod(crc32(key), buckets)`` (Spark's crc32 is zlib's CRC-32)."""
     stamp = row["timestamp"]
@@ -191,7 +221,7 @@ def _expected_partition(row: dict, buckets: int) -> str:
                                   "bucket": str(zlib.crc32(row["key"]) % buckets)})
 
 
-def _metastore_client(uri: str):
+def metastore_client(uri: str):
     from hmsclient import hmsclient
 
     host, port = uri.removeprefix("thrift://").split(",")[0].rsplit(":", 1)
