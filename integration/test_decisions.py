@@ -37,6 +37,7 @@ from integration.test_sink_crash import (
     _visible_once_markers_land,
     pipeline,  # noqa: F401  (fixture)
 )
+from integration.two_drivers import TwoDrivers
 from kafka_eos_ds.errors import KafkaClientError, TransactionError
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
@@ -390,46 +391,19 @@ def test_a_zombie_drivers_post_commit_sweep_never_aborts_a_batch_its_replacement
     # driver comes back and sweeps before the new one commits. Its claim of the decision
     # writer fails (the new driver fenced it), so it aborts nothing (before the fix: 20 of
     # batch 1's 40 rows lost, "Cannot tell whether batch 1 of query q committed").
-    zombie_stalled, zombie_go, decided, new_go = (threading.Event() for _ in range(4))
+    def commit(messages):
+        return lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(messages[0].write,
+                                                                          [m.participant() for m in messages])
 
-    def hook(point, batch=None, **_):
-        if (point, batch) == ("driver-after-all-commits", 0):
-            zombie_stalled.set()
-            zombie_go.wait(60)
-        elif (point, batch) == ("driver-after-decision", 1):
-            decided.set()
-            new_go.wait(60)
-
-    errors = {}
-
-    def commit(name, messages):
-        try:
-            KafkaSink(sink.config, commit_timeout_s=30).commit(messages[0].write, [m.participant() for m in messages])
-        except Exception as exc:
-            errors[name] = exc
-
-    batch0 = [sink.precommitted(0, [f"b0-{i}" for i in range(20)], "q", 0)]
-    faults.install(hook)
-    try:
-        zombie = threading.Thread(target=commit, args=("zombie", batch0), daemon=True)
-        zombie.start()
-        assert zombie_stalled.wait(60)
+    def replacement():
         # The new driver's planner: recovery finishes batch 0 (committed, not yet done).
         stream = WriteId(Kind.STREAM, "q", -1)
         with KafkaSink(sink.config, commit_timeout_s=30)._committer(stream) as committer:
             committer.recover(stream)
-        batch1 = [sink.precommitted(p, [f"b1-{p}-{i}" for i in range(20)], "q", 1) for p in (0, 1)]
-        replacement = threading.Thread(target=commit, args=("new", batch1), daemon=True)
-        replacement.start()
-        assert decided.wait(60)
-        zombie_go.set()
-        zombie.join(90)
-        new_go.set()
-        replacement.join(90)
-    finally:
-        zombie_go.set()
-        new_go.set()
-        faults.install(None)
+        return commit([sink.precommitted(p, [f"b1-{p}-{i}" for i in range(20)], "q", 1) for p in (0, 1)])
+
+    batch0 = [sink.precommitted(0, [f"b0-{i}" for i in range(20)], "q", 0)]
+    errors = TwoDrivers("driver-after-all-commits", zombie_batch=0).play(commit(batch0), replacement)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     expected = [f"b0-{i}" for i in range(20)] + [f"b1-{p}-{i}" for p in (0, 1) for i in range(20)]
     assert values == sorted(expected), f"driver errors: {errors}"
@@ -556,52 +530,20 @@ def _zombie_recovery_fences_a_decided_batch(sink):
     transactions; its replacement recovers, decides batch 1 (two tasks) and pauses; the
     stalled driver comes back and fences. Returns the replacement's error (or None) and
     the values read_committed consumers see."""
-    zombie_stalled, zombie_go, decided, new_go = (threading.Event() for _ in range(4))
-
-    def hook(point, batch=None, **_):
-        if point == "driver-after-reading-decision" and threading.current_thread().name == "zombie":
-            zombie_stalled.set()
-            zombie_go.wait(60)
-        elif (point, batch) == ("driver-after-decision", 1):
-            decided.set()
-            new_go.wait(60)
-
-    errors: dict = {}
-
-    def run(name, step):
-        try:
-            step()
-        except Exception as exc:
-            errors[name] = exc
-
     def recover():
         write = WriteId(Kind.STREAM, "q", 1)
         with KafkaSink(sink.config, commit_timeout_s=30)._committer(write) as committer:
             committer.recover(write)
 
-    batch0 = sink.precommitted(0, [f"b0-{i}" for i in range(20)], "q", 0)
-    KafkaSink(sink.config, commit_timeout_s=30).commit(batch0.write, [batch0.participant()])
-    faults.install(hook)
-    try:
-        zombie = threading.Thread(target=run, args=("zombie", recover), name="zombie", daemon=True)
-        zombie.start()
-        assert zombie_stalled.wait(60)
+    def replacement():
         recover()  # the replacement's planner: batch 0 is done, nothing open yet
         batch1 = [sink.precommitted(p, [f"b1-{p}-{i}" for i in range(20)], "q", 1) for p in (0, 1)]
-        new = threading.Thread(target=run, name="new", daemon=True, args=(
-            "new", lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(
-                batch1[0].write, [m.participant() for m in batch1])))
-        new.start()
-        assert decided.wait(60)
-        zombie_go.set()
-        zombie.join(90)
-        new_go.set()
-        new.join(90)
-        assert not zombie.is_alive() and not new.is_alive()
-    finally:
-        zombie_go.set()
-        new_go.set()
-        faults.install(None)
+        return lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(batch1[0].write,
+                                                                          [m.participant() for m in batch1])
+
+    batch0 = sink.precommitted(0, [f"b0-{i}" for i in range(20)], "q", 0)
+    KafkaSink(sink.config, commit_timeout_s=30).commit(batch0.write, [batch0.participant()])
+    errors = TwoDrivers("driver-after-reading-decision").play(recover, replacement)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     return errors.get("new"), values
 

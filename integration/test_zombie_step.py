@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import pickle
-import threading
 
 from integration.test_decisions import _sink
+from integration.two_drivers import TwoDrivers
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.sink.kafka_sink import KafkaSink
-from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
+from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 from kafka_eos_tools.topics import consume_all
 
@@ -34,23 +34,6 @@ def test_a_zombie_drivers_recovery_between_a_planner_and_its_commit_never_aborts
     (tmp_path / "commits").mkdir()
     (tmp_path / "commits" / "0").write_text("v1\n{}\n")
     sink = _sink(kafka, new_topic(2, prefix="out"), checkpointLocation=str(tmp_path))
-    zombie_stalled, zombie_go, decided, new_go = (threading.Event() for _ in range(4))
-
-    def hook(point, batch=None, **_):
-        if point == "driver-after-claim" and threading.current_thread().name == "zombie":
-            zombie_stalled.set()
-            zombie_go.wait(60)
-        elif (point, batch) == ("driver-after-decision", 1):
-            decided.set()
-            new_go.wait(60)
-
-    errors: dict = {}
-
-    def run(name, step):
-        try:
-            step()
-        except Exception as exc:
-            errors[name] = exc
 
     def planned(rows_of):
         """Batch 1 as Spark runs it: the planner's step, then two tasks on the sink it
@@ -65,26 +48,9 @@ def test_a_zombie_drivers_recovery_between_a_planner_and_its_commit_never_aborts
     KafkaSink(sink.config, commit_timeout_s=30).commit(batch0.write, [batch0.participant()])
     batch1 = planned(lambda p: [f"b1-{p}-{i}" for i in range(20)])
     participants = [m.participant() for m in batch1]
-    faults.install(hook)
-    try:
-        zombie = threading.Thread(target=run, name="zombie", daemon=True, args=(
-            "zombie", lambda: KafkaSink(sink.config, commit_timeout_s=30).prepare(STREAM)))
-        zombie.start()
-        assert zombie_stalled.wait(60)
-        new = threading.Thread(target=run, name="new", daemon=True, args=(
-            "new", lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(batch1[0].write, participants)))
-        new.start()
-        while not decided.wait(0.2) and new.is_alive():
-            pass
-        zombie_go.set()
-        zombie.join(90)
-        new_go.set()
-        new.join(90)
-        assert not zombie.is_alive() and not new.is_alive()
-    finally:
-        zombie_go.set()
-        new_go.set()
-        faults.install(None)
+    errors = TwoDrivers("driver-after-claim").play(
+        lambda: KafkaSink(sink.config, commit_timeout_s=30).prepare(STREAM),
+        lambda: lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(batch1[0].write, participants))
     refused = errors.get("new")
     assert isinstance(refused, TransactionError) and refused.retriable, repr(refused)
     assert "claimed its commit-log writer since the batch was planned" in str(refused)

@@ -248,12 +248,19 @@ def zombie_step_before_commit(w: World, oracle: Oracle, rng: random.Random) -> S
     already committed), sees the transaction open, decides it; its driver pauses (a GC) and
     the zombie aborts the decided transaction. The commit now refuses the batch undecided
     instead: the claim came after its planner read the commit log's position."""
-    task = "q.r1.b1.s0.p0.a0"
-    w.plan.script = [Fault("q.r0", "spark:plan", 2, STALL, 1_000_000),
+    return zombie_step_scenario(w, oracle, "q.r1.b1.s0.p0.a0", "spark:plan")
+
+
+def zombie_step_scenario(w: World, oracle: Oracle, task: str, zombie_stall: str, **shape: int) -> Scenario:
+    """A zombie's whole step between a newer run's planner and its commit: run 0 stalls at
+    its second ``zombie_stall`` step and comes back once ``task`` (the new run's) has
+    pre-committed, down to its claim; the task reports once the zombie has claimed; the new
+    run's driver pauses after its decision. ``shape``: more of :func:`query`'s arguments."""
+    w.plan.script = [Fault("q.r0", zombie_stall, 2, STALL, 1_000_000),
                      Fault(task, "fault:task-after-precommit", 1, STALL, 1_000_000),
                      Fault("q.r0", "fault:driver-after-claim", 1, STALL, 1_000_000),
                      Fault("q.r1", "fault:driver-after-decision", 1, STALL, 40)]
-    q = query(w, oracle, KafkaSink(out_partitions=1), [2], 1, tasks=1)
+    q = query(w, oracle, KafkaSink(out_partitions=1), [2], 1, tasks=1, **shape)
     q.delays = (0.5,)
     resume_when(w, "q.r0", lambda: reached(w, task, "fault:task-after-precommit")
                 and not reached(w, "q.r0", "fault:driver-after-claim"))

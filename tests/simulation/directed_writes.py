@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 from kafka_eos_ds.filesink.layout import writer_dir
-from tests.simulation.directed_streams import query, reached, resume_when
+from tests.simulation.directed_streams import query, resume_when, zombie_step_scenario
 from tests.simulation.faults import CRASH, FAIL, SPARK, STALL, Fault
 from tests.simulation.invariants import Oracle, newest_file_decision
 from tests.simulation.scenario import Scenario, check_jobs, check_stream, run_cleanup
@@ -46,18 +46,7 @@ def foreach_zombie_step_before_commit(w: World, oracle: Oracle, rng: random.Rand
     before aborting. The new run's commit then decides its write; its driver pauses and the
     zombie aborts the decided transaction. The commit now refuses the write undecided: the
     claim came after the write's planner read the commit log's position."""
-    task = "q.r1.b1.w0.s0.p0.a0"
-    w.plan.script = [Fault("q.r0", "spark:commit", 2, STALL, 1_000_000),
-                     Fault(task, "fault:task-after-precommit", 1, STALL, 1_000_000),
-                     Fault("q.r0", "fault:driver-after-claim", 1, STALL, 1_000_000),
-                     Fault("q.r1", "fault:driver-after-decision", 1, STALL, 40)]
-    q = query(w, oracle, KafkaSink(out_partitions=1), [2], 1, foreach_writes=1, tasks=1)
-    q.delays = (0.5,)
-    resume_when(w, "q.r0", lambda: reached(w, task, "fault:task-after-precommit")
-                and not reached(w, "q.r0", "fault:driver-after-claim"))
-    resume_when(w, task, lambda: reached(w, "q.r0", "fault:driver-after-claim"))
-    resume_when(w, "q.r0", lambda: reached(w, "q.r1", "fault:driver-after-decision"))
-    return Scenario(q.supervise, lambda: check_stream(w, oracle, q), outcome=lambda: q.outcome)
+    return zombie_step_scenario(w, oracle, "q.r1.b1.w0.s0.p0.a0", "spark:commit", foreach_writes=1)
 
 
 def foreach_file_zombie(w: World, oracle: Oracle, rng: random.Random) -> Scenario:
