@@ -80,8 +80,7 @@ class HdfsStore:
         self._call(lambda: self._client.mkdirs(path, create_parent=True), path)
 
     def rename(self, src: str, dst: str) -> None:
-        parent = posixpath.dirname(dst)
-        self._call(lambda: self._client.mkdirs(parent, create_parent=True), parent)
+        self.make_dirs(posixpath.dirname(dst))
         self._call(lambda: self._client.rename(src, dst, overwrite=False), src)
 
     def _call(self, call: Callable[[], T], path: str) -> T:
