@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import traceback
 from dataclasses import replace
 
 import pyarrow as pa
@@ -126,4 +127,80 @@ def test_a_job_finishing_another_jobs_decision_that_the_other_finished_meanwhile
         x_done.set()
         faults.install(None)
     assert x_go.is_set() and errors == {}, errors
+    assert sorted(pq.read_table(str(table)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["scan-of-unfinished", "recheck-after-failed-finish"])
+def test_a_job_reading_a_log_another_job_drops_between_listing_and_reading_it_commits(tmp_path, monkeypatch, scan):
+    """Job Y lists job X's decisions and, before it reads the highest one, X finishes its
+    commit and drops its records: the file Y listed is gone. A log read that finds its
+    newest file gone lists again (pruned: a newer one is there; dropped: none is), so Y
+    sees X finished and commits its own write (before: Y failed, FileNotFoundError, at
+    its scan of unfinished jobs or at the recheck after its finish of X's decision
+    failed; seen with a real metastore, test_table_registration[jobs], gate of fc76402).
+
+    ``recheck``: Y reads X's decided record to record it done, X records its own done
+    first (Y's record is refused: the number is taken), and X drops its log between Y's
+    listing and reading of it at the recheck."""
+    from kafka_eos_ds.storage.local import LocalStore
+
+    table = tmp_path / "events"
+    x_sink, x, x_msg = _staged(table, "job-x", [1, 2, 3])
+    y_sink, y, y_msg = _staged(table, "job-y", [4, 5, 6])
+    x_log = str(x_sink.config.layout.decisions(x.key))
+    x_decided, x_go, x_dropping, x_drop, x_done = (threading.Event() for _ in range(5))
+    errors: dict[str, BaseException] = {}
+    read_text, delete_tree = LocalStore.read_text, LocalStore.delete_tree
+    reads: list[str] = []
+
+    def hook(name: str, **_: object) -> None:
+        if threading.current_thread().name == "x" and name == "driver-after-decision":
+            x_decided.set()
+            assert x_go.wait(30)
+
+    def paused_drop(self, path: str) -> None:
+        if threading.current_thread().name == "x" and path.startswith(x_log):
+            x_dropping.set()
+            assert x_drop.wait(30)
+        delete_tree(self, path)
+
+    def interleaved_read(self, path: str) -> str:
+        if threading.current_thread().name == "y" and path.startswith(x_log):
+            recheck = any(frame.name == "_latest" for frame in traceback.extract_stack())
+            reads.append("recheck" if recheck else "other")
+            if (scan and len(reads) == 1) or (not scan and recheck):
+                x_go.set()  # listed, not read yet: X finishes its commit and drops its log
+                x_drop.set()
+                assert x_done.wait(30)
+            elif not scan and not x_go.is_set() and any(f.name == "_record" for f in traceback.extract_stack()):
+                x_go.set()  # Y about to record X's decision done: X records it first, then pauses
+                assert x_dropping.wait(30)
+        return read_text(self, path)
+
+    def run(name: str, sink: FileSink, write: WriteId, message: Participant) -> None:
+        try:
+            sink.commit(write, [message])
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors[name] = exc
+        finally:
+            if name == "x":
+                x_done.set()
+
+    monkeypatch.setattr(LocalStore, "read_text", interleaved_read)
+    monkeypatch.setattr(LocalStore, "delete_tree", paused_drop)
+    faults.install(hook)
+    try:
+        tx = threading.Thread(target=run, name="x", args=("x", x_sink, x, x_msg))
+        tx.start()
+        assert x_decided.wait(30)
+        ty = threading.Thread(target=run, name="y", args=("y", y_sink, y, y_msg))
+        ty.start()
+        for t in (tx, ty):
+            t.join(60)
+    finally:
+        for event in (x_go, x_drop, x_done):
+            event.set()
+        faults.install(None)
+    assert reads and (scan or "recheck" in reads), reads  # the interleaving was reached
+    assert errors == {}, errors
     assert sorted(pq.read_table(str(table)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]

@@ -80,8 +80,7 @@ class FileDecisionLog:
     def latest_of(self, kind: str) -> Decision | None:
         # Only asked by sinks whose streams share participant ids (the file sink's stage
         # apart); answered by modification time, which only a local disk gives cheaply.
-        found = [(os.stat(path / DECISIONS).st_mtime_ns, path) for path in self._writers(kind)
-                 if os.path.isdir(path / DECISIONS)]
+        found = [(mtime, path) for path in self._writers(kind) if (mtime := _mtime(path / DECISIONS)) is not None]
         return self._newest(max(found)[1] / DECISIONS)[1] if found else None
 
     def decisions_of(self, kind: str) -> list[tuple[str, Decision]]:
@@ -181,11 +180,27 @@ class FileDecisionLog:
         return number, Decision.from_json(record) if record and "state" in record else None
 
     def _newest_record(self, directory: PurePath) -> tuple[int, dict[str, object] | None]:
-        number = _highest(self.store, directory)
-        if not number:
-            return 0, None
-        record: dict[str, object] = json.loads(self.store.read_text(str(directory / _name(number))))
-        return number, record
+        missing = None
+        while number := _highest(self.store, directory):
+            try:
+                record: dict[str, object] = json.loads(self.store.read_text(str(directory / _name(number))))
+                return number, record
+            except FileNotFoundError:
+                # Gone between the listing and the read: pruned by a newer write (a higher
+                # number is there now) or the whole log dropped (:meth:`forget`, another
+                # job that finished its commit). Listed again; the same number listed and
+                # gone twice is a store whose listing lies, not a race.
+                if number == missing:
+                    raise
+                missing = number
+        return 0, None
+
+
+def _mtime(directory: PurePath) -> int | None:
+    try:  # dropped since the listing (a finished job's log): none
+        return os.stat(directory).st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def _name(number: int) -> str:
