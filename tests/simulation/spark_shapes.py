@@ -94,7 +94,7 @@ class StreamQuery:
                 sched.sleep(10.0)
             elif actor.error is None:
                 self.outcome = "finished"
-                self.on_finished()
+                self.on_finished(actor.name)
             else:
                 self._failed(actor)
         if self.outcome == "running" and self.run_no >= MAX_RUNS:
@@ -139,14 +139,14 @@ class StreamQuery:
         return StreamQuery(self.w, self.oracle, name, self.sink, self.counts, self.max_per_trigger, label=self.label,
                            start=start, tasks=self.tasks)
 
-    def on_finished(self) -> None:
+    def on_finished(self, run: str) -> None:
         if getattr(self.sink, "kind", "") != "kafka" or not self.check_leftovers:
             return
         if not self.foreach_writes:
-            self.oracle.check_no_leftovers(self.sink.prefix)
+            self.oracle.check_no_leftovers(run, self.sink.prefix)
         elif self.foreach == "classic":
             writer = WriteId(Kind.FOREACH, self.query_id, 0, run="")
-            self.oracle.check_no_leftovers(self.sink.prefix, writer.families, writer.writer)
+            self.oracle.check_no_leftovers(run, self.sink.prefix, writer.families, writer.writer)
 
     # -- one driver run ----------------------------------------------------------------
 

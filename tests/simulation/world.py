@@ -34,7 +34,7 @@ class World:
         # chance a kill reaches a losing task attempt too late, default 0.3),
         # "spark_event" ("speculation" or "stage": what a Spark-level fault is).
         self.tuning: dict[str, Any] = {}
-        self.listings: list[tuple[int, str | None]] = []
+        self.listings: list[tuple[int, str | None, str]] = []  # (step, pattern, who listed)
         self.sched = Scheduler(seed, self.clock, plan, tick=self.cluster.tick, check=self._check,
                                max_steps=max_steps, switch_hook=self._switch)
         self.sched.outage = self._outage
@@ -54,7 +54,8 @@ class World:
         TaskContext._setTaskContext(actor.context)
 
     def on_listing(self, pattern: str | None) -> None:
-        self.listings.append((self.sched.step, pattern))
+        who = self.sched.current.name if self.sched.current else "?"
+        self.listings.append((self.sched.step, pattern, who))
 
     def sleep(self, seconds: float) -> None:
         self.sched.sleep(seconds)
