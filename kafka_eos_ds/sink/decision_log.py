@@ -22,7 +22,7 @@ fences an older producer of the same writer whose write stalled, so that write c
 land after the step has read the log and acted on what it read. The same fence is the
 step's token: :meth:`KafkaDecisionLog.claim` commits a record with the step's own producer,
 which fails once a newer step has run ``init_transactions`` on the writer, and the sink
-aborts transactions only after a claim succeeded (``twophase.committer``, ``_fence``). A
+aborts transactions only after a claim succeeded (``twophase.steps``, ``Steps.fence``). A
 write is pinned to the log's :meth:`~KafkaDecisionLog.position` its planner read: its
 commit refuses it while undecided if a claim of its writer came from there on
 (:meth:`~KafkaDecisionLog.claimed_since`; a step that claimed between the planner and the

@@ -2,10 +2,11 @@
 
 :mod:`.protocol` names the parts (Participant, Decision, DoneMark) and the ports a sink
 implements; :mod:`.identity` says which write a task belongs to; :mod:`.recovery` is the
-pure policy; :mod:`.committer` runs it on the driver; :mod:`.task` runs a task's side;
-:mod:`.writers` are Spark's writers, composed with a sink's steps; :mod:`.faults` is
-the crash-test hook. The Kafka sink (:mod:`kafka_eos_ds.sink`) and the file sink
-(:mod:`kafka_eos_ds.filesink`) implement it.
+pure policy; :mod:`.committer` runs it on the driver (by role: :mod:`.committing`,
+:mod:`.recovering`, :mod:`.aborting`, over :mod:`.steps` and :mod:`.ports`);
+:mod:`.task` runs a task's side; :mod:`.writers` are Spark's writers, composed with a
+sink's steps; :mod:`.faults` is the crash-test hook. The Kafka sink
+(:mod:`kafka_eos_ds.sink`) and the file sink (:mod:`kafka_eos_ds.filesink`) implement it.
 """
 
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter

@@ -193,7 +193,7 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
         ("kafka_eos_ds.sink.kafka_sink", "retrying", virtual_retrying),
         ("kafka_eos_ds.filesink.file_sink", "TwoPhaseCommitter", committer),
         ("kafka_eos_ds.filesink.file_sink", "retrying", virtual_retrying),
-        ("kafka_eos_ds.twophase.committer", "ThreadPoolExecutor", SequentialExecutor),
+        ("kafka_eos_ds.twophase.steps", "ThreadPoolExecutor", SequentialExecutor),
         ("kafka_eos_ds.sink.participants", "time", clock),
         ("kafka_eos_ds.sink.decision_log", "time", clock),
         ("kafka_eos_ds.kafka.coordinator", "time", clock),

@@ -32,9 +32,9 @@ def forgetful_log(monkeypatch: Any) -> None:
 
 def sweepless_committer(monkeypatch: Any) -> None:
     """A committer that fences nothing (no recovery abort, no post-commit sweep)."""
-    from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+    from kafka_eos_ds.twophase.steps import Steps
 
-    monkeypatch.setattr(TwoPhaseCommitter, "_fence", lambda self, ids: None)
+    monkeypatch.setattr(Steps, "fence", lambda self, ids: None)
 
 
 def claimless_file_fences(monkeypatch: Any) -> None:
