@@ -37,6 +37,44 @@ def _staged(path, name: str, ids: list[int]):
     return sink, write, sink.write(Task(write, 0, 0), mark, iter([rows])).participant()
 
 
+def _x_decides_then_y_commits(x_job: tuple, y_job: tuple, x_go: threading.Event, x_done: threading.Event,
+                              release: tuple[threading.Event, ...] = ()) -> dict[str, BaseException]:
+    """Job X commits in thread "x" and waits after its decision until ``x_go``; job Y then
+    commits in thread "y". ``x_done`` is set when X's commit ends; every event is set at
+    the end whatever happened. The jobs' errors, by thread name."""
+    x_decided = threading.Event()
+    errors: dict[str, BaseException] = {}
+
+    def hook(name: str, **_: object) -> None:
+        if threading.current_thread().name == "x" and name == "driver-after-decision":
+            x_decided.set()
+            assert x_go.wait(30)
+
+    def run(name: str, sink: FileSink, write: WriteId, message: Participant) -> None:
+        try:
+            sink.commit(write, [message])
+        except BaseException as exc:  # noqa: BLE001 - asserted by the caller
+            errors[name] = exc
+        finally:
+            if name == "x":
+                x_done.set()
+
+    faults.install(hook)
+    try:
+        tx = threading.Thread(target=run, name="x", args=("x", *x_job))
+        tx.start()
+        assert x_decided.wait(30)
+        ty = threading.Thread(target=run, name="y", args=("y", *y_job))
+        ty.start()
+        for t in (tx, ty):
+            t.join(60)
+    finally:
+        for event in (x_go, x_done, *release):
+            event.set()
+        faults.install(None)
+    return errors
+
+
 @pytest.mark.parametrize("point", ["driver-after-decision", "driver-after-first-commit", "driver-after-all-commits"])
 def test_a_job_whose_decision_another_job_finished_reports_its_commit(tmp_path, point):
     table = tmp_path / "events"
@@ -86,47 +124,22 @@ def test_a_job_finishing_another_jobs_decision_that_the_other_finished_meanwhile
     table = tmp_path / "events"
     x_sink, x, x_msg = _staged(table, "job-x", [1, 2, 3])
     y_sink, y, y_msg = _staged(table, "job-y", [4, 5, 6])
-    x_decided, x_go, x_done = threading.Event(), threading.Event(), threading.Event()
-    errors: dict[str, BaseException] = {}
+    x_go, x_done = threading.Event(), threading.Event()
     link = os.link
-
-    def hook(name: str, **_: object) -> None:
-        if threading.current_thread().name == "x" and name == "driver-after-decision":
-            x_decided.set()
-            assert x_go.wait(30)
+    reached: list[object] = []
 
     def interleaved_link(source, target, *args, **kwargs):
         # Y's done record of X's decision, written and about to be linked in place: X
         # goes on now, records its own done and drops its records.
         if threading.current_thread().name == "y" and "/decisions/" in str(target) and not x_go.is_set():
+            reached.append(target)
             x_go.set()
             assert x_done.wait(30)
         return link(source, target, *args, **kwargs)
 
-    def run(name: str, sink: FileSink, write: WriteId, message: Participant) -> None:
-        try:
-            sink.commit(write, [message])
-        except BaseException as exc:  # noqa: BLE001 - asserted below
-            errors[name] = exc
-        finally:
-            if name == "x":
-                x_done.set()
-
     monkeypatch.setattr(os, "link", interleaved_link)
-    faults.install(hook)
-    try:
-        tx = threading.Thread(target=run, name="x", args=("x", x_sink, x, x_msg))
-        tx.start()
-        assert x_decided.wait(30)
-        ty = threading.Thread(target=run, name="y", args=("y", y_sink, y, y_msg))
-        ty.start()
-        for t in (tx, ty):
-            t.join(60)
-    finally:
-        x_go.set()
-        x_done.set()
-        faults.install(None)
-    assert x_go.is_set() and errors == {}, errors
+    errors = _x_decides_then_y_commits((x_sink, x, x_msg), (y_sink, y, y_msg), x_go, x_done)
+    assert reached and errors == {}, (reached, errors)  # the interleaving was reached
     assert sorted(pq.read_table(str(table)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
 
 
@@ -148,15 +161,9 @@ def test_a_job_reading_a_log_another_job_drops_between_listing_and_reading_it_co
     x_sink, x, x_msg = _staged(table, "job-x", [1, 2, 3])
     y_sink, y, y_msg = _staged(table, "job-y", [4, 5, 6])
     x_log = str(x_sink.config.layout.decisions(x.key))
-    x_decided, x_go, x_dropping, x_drop, x_done = (threading.Event() for _ in range(5))
-    errors: dict[str, BaseException] = {}
+    x_go, x_dropping, x_drop, x_done = (threading.Event() for _ in range(4))
     read_text, delete_tree = LocalStore.read_text, LocalStore.delete_tree
     reads: list[str] = []
-
-    def hook(name: str, **_: object) -> None:
-        if threading.current_thread().name == "x" and name == "driver-after-decision":
-            x_decided.set()
-            assert x_go.wait(30)
 
     def paused_drop(self, path: str) -> None:
         if threading.current_thread().name == "x" and path.startswith(x_log):
@@ -179,30 +186,9 @@ def test_a_job_reading_a_log_another_job_drops_between_listing_and_reading_it_co
                 assert x_dropping.wait(30)
         return read_text(self, path)
 
-    def run(name: str, sink: FileSink, write: WriteId, message: Participant) -> None:
-        try:
-            sink.commit(write, [message])
-        except BaseException as exc:  # noqa: BLE001 - asserted below
-            errors[name] = exc
-        finally:
-            if name == "x":
-                x_done.set()
-
     monkeypatch.setattr(LocalStore, "read_text", interleaved_read)
     monkeypatch.setattr(LocalStore, "delete_tree", paused_drop)
-    faults.install(hook)
-    try:
-        tx = threading.Thread(target=run, name="x", args=("x", x_sink, x, x_msg))
-        tx.start()
-        assert x_decided.wait(30)
-        ty = threading.Thread(target=run, name="y", args=("y", y_sink, y, y_msg))
-        ty.start()
-        for t in (tx, ty):
-            t.join(60)
-    finally:
-        for event in (x_go, x_drop, x_done):
-            event.set()
-        faults.install(None)
+    errors = _x_decides_then_y_commits((x_sink, x, x_msg), (y_sink, y, y_msg), x_go, x_done, (x_drop,))
     assert reads and (scan or "recheck" in reads), reads  # the interleaving was reached
     assert errors == {}, errors
     assert sorted(pq.read_table(str(table)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
