@@ -45,14 +45,15 @@ from tests.simulation.write_shapes import WRITE_SHAPES
 # zombie-step-before-commit: the commit refuses a write whose writer was claimed since.
 # "progress", a zombie's empty batch moving the source group back, is fixed too: a batch
 # without output commits its offsets in its done record's transaction, which a fenced
-# writer cannot commit; docs/dev/decisions.md, "A batch without output records done".)
+# writer cannot commit; docs/dev/decisions.md, "A batch without output records `done`,
+# its offsets in the same transaction".)
 _ZOMBIES = ("a zombie task, or an old stage attempt's task restarted at attempt 0, opening a transaction on an id a "
             "decision names (stage-retry-same-id); among them a zombie driver's own tasks, started once its planner "
             "came back, on the ids of a batch a newer run decided meanwhile (stream-and-batch seed 500027)")
 _STREAM = {"decided-fenced", "false-lost"}
 _WHY_STREAM = _ZOMBIES
-# A limit of the design, not a defect (docs/dev/decisions.md, "A dead df.write's decided
-# transactions are finished by whoever comes first, before their timeout"): nothing
+# A limit of the design, not a defect (docs/dev/decisions.md, "The simulation's known
+# lists: `progress` dropped; a dead df.write's decided rest is a limit"): nothing
 # restarts a batch job, so no step of its own can finish it.
 _JOBS = ("a df.write decided, committed part of its output and failed or died: the rest is lost (loudly, by the next "
          "writer of the prefix) if its transactions time out first")
