@@ -157,11 +157,12 @@ def test_plan_options_are_checked_naming_the_option(opts, message):
 
 
 @pytest.mark.parametrize("opts, plan", [
-    ({}, PartitionPlan.PER_KAFKA_PARTITION),
+    ({}, PartitionPlan.GROUPED),
     ({"partitionPlan": "grouped"}, PartitionPlan.GROUPED),
     ({"targetRecordsPerPartition": "1000"}, PartitionPlan.GROUPED),
+    ({"partitionPlan": "perKafkaPartition"}, PartitionPlan.PER_KAFKA_PARTITION),
 ])
-def test_the_builtins_plan_is_the_default_unless_a_grouped_one_is_asked_for(opts, plan):
+def test_the_grouped_plan_is_the_default_and_the_builtins_plan_a_setting(opts, plan):
     assert options(**opts).partition_plan is plan
 
 

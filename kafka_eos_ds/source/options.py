@@ -178,11 +178,10 @@ def _partition_plan(opts: Options) -> dict[str, Any]:
     """'partitionPlan', 'targetPartitions', 'targetRecordsPerPartition' (docs/source.md,
     "How to size the plan"): one way to size a grouped plan, none for the built-in's."""
     sizing = [name for name in ("targetPartitions", "targetRecordsPerPartition") if name in opts]
-    # The built-in's plan unless a grouped one is asked for, by name or by a size: the
-    # default cannot be the cluster's parallelism, which the planner cannot see
-    # (docs/dev/decisions.md, "The source plans by work").
-    default = PartitionPlan.GROUPED if sizing else PartitionPlan.PER_KAFKA_PARTITION
-    chosen = (opts.get("partitionPlan") or default.value).strip()
+    # Grouped by default: one task per Kafka partition costs every task a worker hand-over
+    # and a transaction, measured slower at every partition count tried (docs/dev/decisions.md,
+    # "The source plans by work"); the built-in's plan stays one option away.
+    chosen = (opts.get("partitionPlan") or PartitionPlan.GROUPED.value).strip()
     plan = next((p for p in PartitionPlan if p.value.lower() == chosen.lower()), None)
     if plan is None:
         raise ConfigError(f"Option 'partitionPlan' must be '{PartitionPlan.GROUPED.value}' (Kafka partitions packed "
