@@ -89,6 +89,15 @@ class Run:
     load: float = 0.0
 
 
+def plan_variants(partitions: int, per_partition_up_to: int | None) -> tuple[str, ...]:
+    """The --plans variants of a setting: kafka_eos with one task per Kafka partition only
+    up to ``per_partition_up_to`` partitions (at 1,000 a run takes ~6 minutes, and the
+    curve of ``bench.scale`` already measures that plan's cost per partition)."""
+    if per_partition_up_to is not None and partitions > per_partition_up_to:
+        return tuple(v for v in PLAN_VARIANTS if v != EOS)
+    return PLAN_VARIANTS
+
+
 def plan_settings(partitions: list[int], batches: int) -> list[Setting]:
     """Issue 37's settings: 4 x 1 KiB (100 MB), the others 200,000 x 100 B."""
     return [Setting("plans", p, 1024 if p == 4 else 100, 97_656 if p == 4 else 200_000, batches) for p in partitions]
@@ -322,7 +331,8 @@ def measure_all(spark, bootstrap: str, plan: list[Setting], args, rows: list[dic
         runs: list[Run] = []
         setting_started = time.monotonic()
         for rep in range(args.curve_reps if s.kind == "curve" else args.reps):
-            order = (PLAN_VARIANTS if s.kind == "plans" else (EOS, BUILTIN, *(GOAL_EXTRAS if s.kind == "goal" else ())))
+            order = (plan_variants(s.partitions, args.per_partition_up_to) if s.kind == "plans"
+                     else (EOS, BUILTIN, *(GOAL_EXTRAS if s.kind == "goal" else ())))
             for variant in (order if rep % 2 == 0 else order[::-1]):
                 try:
                     runs.append(run_once(spark, bootstrap, s, variant, topic, args.target_partitions))
@@ -362,6 +372,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="with --plans: 4 and 64 partitions only")
     parser.add_argument("--plan-partitions", help="with --plans: override the partition counts (e.g. 4)")
     parser.add_argument("--records", type=int, help="with --plans: override the records per setting")
+    parser.add_argument("--per-partition-up-to", type=int,
+                        help="with --plans: kafka_eos with one task per partition only up to this many partitions")
     parser.add_argument("--target-partitions", type=int, default=0,
                         help="tasks of the grouped variants (default: the session's defaultParallelism)")
     parser.add_argument("--bootstrap", help="existing Kafka (default: an embedded one)")
