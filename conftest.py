@@ -4,10 +4,11 @@
   ``full`` gets ``gate`` here, so ``pytest -m gate`` selects what CI runs on the newest
   pyspark (a test marked ``oldest_gate`` gets it on the oldest line only: elsewhere it runs
   in the full profile); the unit tests (``tests/``) also get ``matrix``, as every older line runs them,
-  except the simulation (``tests/simulation``), which gets ``oldest_full``: it runs the
-  sink's protocol code under its own model of Spark, so what a pyspark line changes there
-  (``TaskContext``, the types) is what the unit tests check on every line; the newest line
-  runs it in the gate, the oldest in the full profile.
+  except the simulation (``tests/simulation``), whose gate schedules get ``oldest_full``:
+  it runs the sink's protocol code under its own model of Spark, so what a pyspark line
+  changes there (``TaskContext``, the types) is what the unit tests check on every line; the
+  newest line runs it in the gate and, with its thousands of schedules, in the full
+  profile; the oldest runs the gate's schedules in the full profile.
 * Under CI (``CI=true``) a skipped integration test fails the run: CI must prove the
   behaviour against a real Kafka, and a skip there would hide that it did not.
 * A test over its time limit (pytest-timeout: ``timeout`` in pyproject.toml, or a
@@ -62,7 +63,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 oldest_line or item.get_closest_marker("oldest_gate") is None):
             item.add_marker(pytest.mark.gate)
         if item.path.is_relative_to(unit_tests):
-            item.add_marker(pytest.mark.oldest_full if item.path.is_relative_to(simulation) else pytest.mark.matrix)
+            if not item.path.is_relative_to(simulation):
+                item.add_marker(pytest.mark.matrix)
+            elif item.get_closest_marker("full") is None:
+                # The gate's schedules only: the full profile's thousands of schedules run the
+                # same model code on every line, so the newest line's run is the whole proof.
+                item.add_marker(pytest.mark.oldest_full)
             # A warning fails a unit test. Not an integration test: pyspark's and py4j's
             # own sockets are left to the garbage collector there (ResourceWarning).
             # kafka-python's own import warns (the legacy importlib.resources API): ignored

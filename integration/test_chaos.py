@@ -61,7 +61,11 @@ def _record(name: str, profile: str, payload: dict) -> None:
 # driver kills (test_sink_crash.py, test_demo.py), task kills (crash point 1), broker
 # restarts (point 12, test_embedded_kafka.py), a killed Connect server
 # (test_spark_connect.py).
-@pytest.mark.parametrize("profile, scenario", _cases(PROFILES, second_lane=("checkpoint lost",)))
+# Two scenarios run in the second lane, each lane starting its own three brokers.
+SECOND_LANE = ("checkpoint lost", "shuffle before the sink")
+
+
+@pytest.mark.parametrize("profile, scenario", _cases(PROFILES, second_lane=SECOND_LANE))
 def test_exactly_once_under_bounces(kafka3, tmp_path, profile, scenario, chaos_summary):
     plan = ChaosPlan(
         bootstrap=kafka3.bootstrap, workdir=tmp_path, records=scenario.records,
