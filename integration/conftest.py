@@ -147,6 +147,14 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[storage.Meta
     yield from storage.metastore_server(tmp_path_factory.mktemp("metastore"))
 
 
+@pytest.fixture(scope="session")
+def s3_metastore(tmp_path_factory: pytest.TempPathFactory,
+                 s3: storage.S3UnderTest) -> Iterator[storage.MetastoreUnderTest]:
+    """A Hive metastore serving ``s3a://`` tables on ``s3``: ``KAFKA_EOS_S3_METASTORE``, else
+    an embedded one with hadoop-aws on its classpath."""
+    yield from storage.s3_metastore_server(tmp_path_factory.mktemp("s3-metastore"), s3)
+
+
 @pytest.fixture
 def new_topic(kafka: KafkaUnderTest) -> Callable[..., str]:
     """``new_topic(partitions=1, config=None) -> name``: a fresh topic per call."""

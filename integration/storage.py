@@ -7,7 +7,10 @@ embedded one (``kafka_eos_tools.storage``) started on 127.0.0.1 for the session:
   ``KAFKA_EOS_S3_SECRET_KEY`` and ``KAFKA_EOS_S3_REGION`` (default us-east-1); without
   the keys the client libraries' own chain (``AWS_ACCESS_KEY_ID``, ...) applies;
 * ``KAFKA_EOS_GCS_ENDPOINT=http://host:port``: a GCS emulator (no credentials);
-* ``KAFKA_EOS_METASTORE=thrift://host:port``.
+* ``KAFKA_EOS_METASTORE=thrift://host:port``;
+* ``KAFKA_EOS_S3_METASTORE=thrift://host:port``: a metastore that serves the S3 store's
+  ``s3a://`` tables (else an embedded one given hadoop-aws, the store's ``fs.s3a.*``
+  settings and its credentials in the environment).
 
 The conftest's fixtures call these only when a test asks for them, so a run that uses
 none starts none.
@@ -56,9 +59,14 @@ class S3UnderTest:
     def environment(self) -> dict[str, str]:
         """The same, as the AWS_* variables every S3 library reads."""
         env = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region}
-        if self.access_key and self.secret_key:
-            env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
+        env.update(self.credentials())
         return env
+
+    def credentials(self) -> dict[str, str]:
+        """``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, when the store has keys."""
+        if self.access_key and self.secret_key:
+            return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        return {}
 
     def new_bucket(self) -> str:
         import boto3
@@ -88,12 +96,15 @@ def header_lines() -> list[str]:
     s3 = os.environ.get("KAFKA_EOS_S3_ENDPOINT")
     gcs = os.environ.get("KAFKA_EOS_GCS_ENDPOINT")
     metastore = os.environ.get("KAFKA_EOS_METASTORE")
+    s3_metastore = os.environ.get("KAFKA_EOS_S3_METASTORE")
     return [
         f"hdfs: external at {hdfs}" if hdfs else "hdfs: embedded MiniDFSCluster on 127.0.0.1 (if a test asks)",
         f"s3: external at {s3}" if s3 else "s3: embedded MinIO on 127.0.0.1 (if a test asks)",
         f"gcs: external at {gcs}" if gcs else "gcs: embedded fake-gcs-server on 127.0.0.1 (if a test asks)",
         f"metastore: external at {metastore}" if metastore
         else "metastore: embedded Hive metastore on 127.0.0.1 (if a test asks)",
+        f"s3 metastore: external at {s3_metastore}" if s3_metastore
+        else "s3 metastore: embedded Hive metastore with hadoop-aws on 127.0.0.1 (if a test asks)",
     ]
 
 
@@ -154,6 +165,19 @@ def metastore_server(directory: Path) -> Iterator[MetastoreUnderTest]:
 
     yield from _embedded(EmbeddedMetastore(directory),
                          lambda uri, took: MetastoreUnderTest(uri, "embedded", took))
+
+
+def s3_metastore_server(directory: Path, s3: S3UnderTest) -> Iterator[MetastoreUnderTest]:
+    """A metastore serving ``s3a://`` tables on ``s3``."""
+    external = os.environ.get("KAFKA_EOS_S3_METASTORE")
+    if external:
+        yield MetastoreUnderTest(external, "external")
+        return
+    from kafka_eos_tools.storage import s3a
+    from kafka_eos_tools.storage.metastore import EmbeddedMetastore
+
+    server = EmbeddedMetastore(directory, s3=s3a.hadoop_settings(s3.endpoint, s3.region), environment=s3.credentials())
+    yield from _embedded(server, lambda uri, took: MetastoreUnderTest(uri, "embedded", took))
 
 
 def _embedded(server: Any, under_test: Callable[[str, float], T]) -> Iterator[T]:

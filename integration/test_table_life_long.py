@@ -1,4 +1,4 @@
-"""A Kafka-to-table pipeline's long life on HDFS with the Hive metastore
+"""A Kafka-to-table pipeline's long life on HDFS and on S3 (MinIO), with the Hive metastore
 (:mod:`kafka_eos_tools.demo.table_life`): two pipelines write one partitioned table, each
 driver SIGKILLed three times at random moments, while a retention job drops old hours
 through the metastore; then pipeline 1's checkpoint is replaced twice
@@ -7,7 +7,10 @@ the batch a dead query decided and a new query finished.
 
 Every input id of both pipelines is in the table once or was removed by retention once
 (never both), through the metastore and over the path; no dropped partition is back; no
-staged file is left; every partition with files is registered once; every new query starts.
+staged file (nor, on S3, upload in progress) is left; every partition with files is
+registered once; every new query starts. On S3 the sink is given the store as s3a options,
+the metastore serves ``s3a://`` tables (hadoop-aws on its classpath, the credentials in its
+environment), and the secret key appears in no log of any run.
 
 Marked ``full`` and ``storage``: three servers, two drivers at once, about twenty driver
 runs; several minutes on the 2-core machine. Every driver is stopped by its process id, by
@@ -23,16 +26,26 @@ import pytest
 pytestmark = [pytest.mark.storage, pytest.mark.full, pytest.mark.timeout(2400)]
 
 pytest.importorskip("hmsclient", reason="the metastore client is not installed (pip install -e '.[hive]')")
-pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip install -e '.[hdfs]')")
 
+from integration.tables import s3_options  # noqa: E402
 from kafka_eos_tools.demo import processes  # noqa: E402
 from kafka_eos_tools.demo.table_life import LifePlan, run_table_life  # noqa: E402
 
 CRASHES = 3
 
 
+@pytest.mark.parametrize("store", ["hdfs", "s3"])
 def test_two_pipelines_killed_beside_retention_write_every_record_once_and_every_new_query_starts(
-        kafka, hdfs, metastore, tmp_path):
+        store, request, kafka, tmp_path):
+    if store == "s3":
+        pytest.importorskip("boto3", reason="the S3 client is not installed (pip install -e '.[s3]')")
+        s3 = request.getfixturevalue("s3")
+        metastore = request.getfixturevalue("s3_metastore")
+        root, options = f"s3a://{s3.new_bucket()}", s3_options(s3)
+    else:
+        pytest.importorskip("hdfs_native", reason="the HDFS client is not installed (pip install -e '.[hdfs]')")
+        metastore = request.getfixturevalue("metastore")
+        root, options = request.getfixturevalue("hdfs").url, {}
     said: list[str] = []
 
     def progress(message: str, frac: float) -> None:
@@ -40,8 +53,9 @@ def test_two_pipelines_killed_beside_retention_write_every_record_once_and_every
             said.append(message)
             print(f"[{frac:4.0%}] {message}", file=sys.stderr, flush=True)
 
-    plan = LifePlan(bootstrap=kafka.bootstrap, hdfs=hdfs.url, metastore=metastore.uri, workdir=tmp_path / "life",
-                    crashes=CRASHES, seed=36, run_timeout=300.0, replication=kafka.replication())
+    plan = LifePlan(bootstrap=kafka.bootstrap, store=root, metastore=metastore.uri, workdir=tmp_path / "life",
+                    crashes=CRASHES, seed=36, run_timeout=300.0, replication=kafka.replication(),
+                    store_options=options)
     try:
         result = run_table_life(plan, progress)
     finally:
@@ -63,3 +77,6 @@ def test_two_pipelines_killed_beside_retention_write_every_record_once_and_every
     # partitions of the batch the dead query decided and query A finished.
     assert result.dropped >= 4 and result.removed_ids > 0 and len(audit.registered) > 0
     assert result.dead_files_dropped, f"retention dropped no file of the dead query's batch {result.dead_batch}"
+    if store == "s3":
+        logs = "".join(p.read_text(errors="replace") for p in plan.workdir.rglob("*.log"))
+        assert logs and s3.secret_key and s3.secret_key not in logs

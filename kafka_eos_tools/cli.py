@@ -198,7 +198,7 @@ def _demo_table(args: argparse.Namespace, workdir, run_dir) -> int:
     with TableStores(run_dir / "servers", workdir / "kafka", args.brokers, args.bootstrap, args.hdfs,
                      args.metastore) as stores:
         assert stores.bootstrap and stores.hdfs and stores.metastore
-        plan = TablePlan(bootstrap=stores.bootstrap, hdfs=stores.hdfs, metastore=stores.metastore,
+        plan = TablePlan(bootstrap=stores.bootstrap, store=stores.hdfs, metastore=stores.metastore,
                          workdir=run_dir / "pipeline", records=args.records, crashes=args.crashes, seed=seed,
                          replication=stores.replication)
         bar = _ProgressBar()

@@ -12,8 +12,9 @@ the table after its partition was dropped is the sink's doing, not the test's ra
 
 Each partition's rows are read right before it is dropped (``removed``: what the audit
 counts as written once and removed on purpose), then the partition is dropped with
-``deleteData`` and its directory deleted: the table is external, whose files the metastore
-leaves in place, so a retention job deletes them itself. A dropped partition found
+``deleteData`` and its directory deleted (its objects, on S3) through a pyarrow file system
+of the table's store (:func:`.table_audit.filesystem`): the table is external, whose files
+the metastore leaves in place, so a retention job deletes them itself. A dropped partition found
 registered again later is recorded (``back``), never dropped a second time: that is the
 finding the audit must see (a dead query's batch published again, docs/dev/decisions.md,
 "A dead query's batch is finished once").
@@ -26,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -84,12 +85,14 @@ def hour_of(values: dict[str, str]) -> int:
 
 
 class Retention(threading.Thread):
-    """Drops the table's old hours every ``interval`` seconds until ``stop()``."""
+    """Drops the table's old hours every ``interval`` seconds until ``stop()``; the table's
+    files are at ``location`` (``hdfs://``, ``s3a://``, with the sink's ``store_options``)."""
 
-    def __init__(self, bootstrap: str, hdfs: str, metastore: str, database: str, table: str,
-                 inputs: Sequence[WatchedInput], keep: int, interval: float = 3.0) -> None:
+    def __init__(self, bootstrap: str, location: str, store_options: Mapping[str, str], metastore: str,
+                 database: str, table: str, inputs: Sequence[WatchedInput], keep: int, interval: float = 3.0) -> None:
         super().__init__(daemon=True)
-        self.bootstrap, self.hdfs_url, self.metastore = bootstrap, hdfs, metastore
+        self.bootstrap, self.metastore = bootstrap, metastore
+        self.files = table_audit.filesystem(location, store_options)
         self.database, self.table, self.inputs, self.keep, self.interval = database, table, inputs, keep, interval
         self.dropped: list[str] = []  # partition names, in the order dropped
         self.removed: list[tuple[str, dict]] = []  # (partition, row) read right before each drop
@@ -102,15 +105,12 @@ class Retention(threading.Thread):
         self._lock = threading.Lock()  # one pass at a time: the thread's and sweep()'s
 
     def run(self) -> None:
-        import hdfs_native
-
-        hdfs = hdfs_native.Client(self.hdfs_url)
         consumer = self._consumer()
         failures = 0
         try:
             while not self.stopping.wait(self.interval):
                 try:
-                    self.sweep(hdfs, consumer)
+                    self.sweep(consumer)
                     failures = 0
                 except Exception as exc:  # a metastore or broker call that failed once is tried again
                     failures += 1
@@ -128,15 +128,13 @@ class Retention(threading.Thread):
 
     def sweep_now(self) -> int:
         """One pass from the caller's thread (the run's final sweeps); partitions dropped."""
-        import hdfs_native
-
         consumer = self._consumer()
         try:
-            return self.sweep(hdfs_native.Client(self.hdfs_url), consumer)
+            return self.sweep(consumer)
         finally:
             consumer.close()
 
-    def sweep(self, hdfs: Any, consumer: Consumer) -> int:
+    def sweep(self, consumer: Consumer) -> int:
         with self._lock:
             self.passes += 1
             last = last_droppable_hour(self._lasts(consumer), self.keep)
@@ -152,16 +150,15 @@ class Retention(threading.Thread):
                         if name not in self.back:
                             self.back.append(name)
                     elif hour_of(values) <= last:
-                        self._drop(client, hdfs, name, partition)
+                        self._drop(client, name, partition)
                         dropped += 1
             return dropped
 
-    def _drop(self, client: Any, hdfs: Any, name: str, partition: Any) -> None:
-        rows = table_audit.partition_rows(hdfs, partition.sd.location)
+    def _drop(self, client: Any, name: str, partition: Any) -> None:
+        rows = table_audit.partition_rows(self.files, partition.sd.location)
         client.drop_partition(self.database, self.table, partition.values, True)
-        path = table_audit.path_of(partition.sd.location)
         try:
-            hdfs.delete(path, True)
+            self.files.delete_dir(table_audit.path_of(partition.sd.location))
         except FileNotFoundError:
             pass  # a metastore that deletes an external table's data did it already
         self.dropped.append(name)

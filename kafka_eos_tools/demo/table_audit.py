@@ -18,10 +18,13 @@ records in, out, duplicates, losses, unexpected records) and every row against t
 partition it was found in (``expected_partition``: the values the pipeline derives from
 the row). Then the partitions: each directory holding final files must be registered,
 once, at its own location, and no registered partition may be empty. Files still staged
-(``in-progress``/``pending``) after the final run count against the table too.
+(``in-progress``/``pending``; on S3 also the multipart uploads in progress, a pending
+file's form there) after the final run count against the table too.
 
-The reads use hdfs-native and pyarrow, not the sink's storage layer, so that the audit does
-not share the code it checks.
+The table is on HDFS (``hdfs://``) or S3 (``s3a://``); the reads go through pyarrow's file
+systems (:func:`filesystem`: HDFS through hdfs-native's fsspec, S3 natively), not the
+sink's storage layer, so that the audit does not share the code it checks. Only the
+uploads in progress, which pyarrow cannot list, are listed by the project's S3 store.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import posixpath
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from kafka_eos_tools.audit import AuditReport, Record, audit_records
 
@@ -151,27 +154,29 @@ def hive_name(values: dict[str, str]) -> str:
     return "/".join(f"{name}={value}" for name, value in values.items())
 
 
-def read_through_metastore(client: Any, hdfs: Any, database: str, table: str) -> tuple[list, list[tuple[str, dict]]]:
+def read_through_metastore(client: Any, files: Any, database: str, table: str) -> tuple[list, list[tuple[str, dict]]]:
     """The partitions the metastore lists (name, location) and the rows of their final files.
 
-    ``client``: an open hmsclient client; ``hdfs``: an hdfs-native client of the table's HDFS."""
+    ``client``: an open hmsclient client; ``files``: the table's store (:func:`filesystem`)."""
     keys = [k.name for k in client.get_table(database, table).partitionKeys]
     partitions, rows = [], []
     for partition in client.get_partitions(database, table, -1):
         name = hive_name(dict(zip(keys, partition.values, strict=True)))
         partitions.append((name, partition.sd.location))
-        rows += [(name, row) for _file, row in partition_rows(hdfs, partition.sd.location)]
+        rows += [(name, row) for _file, row in partition_rows(files, partition.sd.location)]
     return partitions, rows
 
 
-def partition_rows(hdfs: Any, location: str) -> list[tuple[str, dict]]:
-    """(file name, row) of every final file (``part-*``) in a partition's ``location``."""
+def partition_rows(files: Any, location: str) -> list[tuple[str, dict]]:
+    """(file name, row) of every final file (``part-*``) in a partition's ``location``
+    on ``files`` (:func:`filesystem`)."""
+    from pyarrow.fs import FileSelector, FileType
+
     found = []
-    for status in hdfs.list_status(path_of(location), False):
-        name = posixpath.basename(status.path)
-        if not status.isdir and name.startswith("part-"):
-            with hdfs.read(status.path) as reader:
-                found += [(name, row) for row in _parquet_rows(bytes(reader.read()))]
+    for info in files.get_file_info(FileSelector(path_of(location))):
+        if info.type == FileType.File and info.base_name.startswith("part-"):
+            with files.open_input_stream(info.path) as reader:
+                found += [(info.base_name, row) for row in _parquet_rows(reader.read())]
     return found
 
 
@@ -190,14 +195,53 @@ def read_dataset(filesystem: Any, root: str, partition_names: list[str]) -> tupl
     return directories, rows
 
 
-def staged_files(hdfs: Any, root: str) -> list[str]:
-    """Files the sink still has in its staging directories under ``root``."""
-    staging = f"{root}/_kafka_eos"
-    try:
-        statuses = list(hdfs.list_status(staging, True))
-    except FileNotFoundError:
-        return []
-    return sorted(s.path for s in statuses if not s.isdir and ("/in-progress/" in s.path or "/pending/" in s.path))
+def staged_files(files: Any, location: str, options: Mapping[str, str]) -> list[str]:
+    """Files the sink still has in its staging directories under the table at ``location``
+    (on ``files``, :func:`filesystem`), and on S3 its uploads in progress there."""
+    from pyarrow.fs import FileSelector, FileType
+
+    from kafka_eos_ds.storage import StorageOptions, locate
+    from kafka_eos_ds.storage.s3 import S3Store
+
+    selector = FileSelector(f"{path_of(location)}/_kafka_eos", recursive=True, allow_not_found=True)
+    staged = [i.path for i in files.get_file_info(selector)
+              if i.type == FileType.File and ("/in-progress/" in i.path or "/pending/" in i.path)]
+    store, path = locate(location, StorageOptions(dict(options)), "The table")
+    if isinstance(store, S3Store):
+        staged += [f"upload of {key}" for key, _upload in store.uploads(path)]
+    return sorted(staged)
+
+
+def filesystem(url: str, options: Mapping[str, str]) -> Any:
+    """A pyarrow file system of the store holding ``url`` (``hdfs://``, ``s3a://``), with the
+    sink's ``fs.s3a.*`` ``options`` for S3 (the AWS_* environment where absent); paths on it
+    are :func:`path_of`'s."""
+    from urllib.parse import urlparse
+
+    from pyarrow.fs import FSSpecHandler, PyFileSystem, S3FileSystem
+
+    from kafka_eos_ds.storage import S3, StorageOptions
+
+    parsed = urlparse(url)
+    if parsed.scheme in S3:
+        settings = StorageOptions(dict(options))
+        endpoint = settings.get("fs.s3a.endpoint")
+        scheme, _, host = (endpoint or "").rpartition("://")
+        keys = {"access_key": settings.get("fs.s3a.access.key"), "secret_key": settings.get("fs.s3a.secret.key"),
+                "session_token": settings.get("fs.s3a.session.token")}
+        return S3FileSystem(**{k: v for k, v in keys.items() if v}, region=settings.get("fs.s3a.endpoint.region"),
+                            endpoint_override=host or None, scheme=scheme or "https",
+                            force_virtual_addressing=(settings.get("fs.s3a.path.style.access") or "").lower() != "true")
+    from hdfs_native.fsspec import HdfsFileSystem
+
+    return PyFileSystem(FSSpecHandler(HdfsFileSystem(host=parsed.hostname, port=parsed.port)))
+
+
+def exists(files: Any, path: str) -> bool:
+    """Whether a file or directory is at ``path`` on ``files`` (on S3: any object under it)."""
+    from pyarrow.fs import FileType
+
+    return bool(files.get_file_info(path).type != FileType.NotFound)
 
 
 def _parquet_rows(data: bytes) -> list[dict]:
@@ -209,5 +253,12 @@ def _parquet_rows(data: bytes) -> list[dict]:
 
 
 def path_of(url: str) -> str:
-    """``hdfs://host:port/a/b`` -> ``/a/b``."""
-    return "/" + url.split("://", 1)[1].partition("/")[2] if "://" in url else url
+    """The path of ``url`` on its :func:`filesystem`: ``hdfs://host:port/a/b`` -> ``/a/b``,
+    ``s3a://bucket/a/b`` -> ``bucket/a/b``."""
+    from kafka_eos_ds.storage import S3
+
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, _, path = rest.partition("/")
+    return f"{netloc}/{path}".rstrip("/") if scheme in S3 else "/" + path

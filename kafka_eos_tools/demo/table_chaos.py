@@ -1,5 +1,6 @@
-"""The demo's Kafka-to-table variant: Kafka -> Spark -> a partitioned Hive table on HDFS,
-its driver SIGKILLed again and again, then the table audited through the metastore and
+"""The demo's Kafka-to-table variant: Kafka -> Spark -> a partitioned Hive table on HDFS
+(or S3: ``TablePlan.store`` names an ``s3a://`` bucket, with the sink's ``fs.s3a.*``
+options in ``store_options``), its driver SIGKILLed again and again, then the table audited through the metastore and
 over its path (:mod:`.table_audit`).
 
 The pipeline is the main job (:mod:`kafka_eos_tools.demo.job`) writing with
@@ -17,7 +18,7 @@ import random
 import time
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
 from typing import Sequence
@@ -37,7 +38,7 @@ PARTITION_COLUMNS = ["dt", "hour", "bucket"]
 @dataclass
 class TablePlan:
     bootstrap: str
-    hdfs: str  # hdfs://host:port
+    store: str  # the table's store: hdfs://host:port, or s3a://bucket (its metastore must serve s3a://)
     metastore: str  # thrift://host:port
     workdir: Path
     records: int = 20_000  # the least input; more is fed while kills remain
@@ -48,6 +49,8 @@ class TablePlan:
     kill_window: tuple[float, float] = (2.0, 10.0)  # seconds after the table last grew
     run_timeout: float = 300.0
     replication: int = 1
+    # The sink's options for the store (fs.s3a.* for S3), which the audit's reads use too.
+    store_options: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -69,9 +72,9 @@ def run_table_chaos(plan: TablePlan, progress: Progress = lambda msg, frac: None
     plan.workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
     input_topic, table = f"demo-in-{run_id}", f"events_{run_id}"
-    location = f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db/{table}"
+    location = f"{plan.store}/kafka-eos-demo/{DATABASE}.db/{table}"
     create_topics(plan.bootstrap, {input_topic: 2}, plan.replication)
-    create_database(plan.metastore, DATABASE, f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db")
+    create_database(plan.metastore, DATABASE, f"{plan.store}/kafka-eos-demo/{DATABASE}.db")
     chaos = table_pipeline(plan, plan.workdir, table, location)
     committed = CommittedInput(plan.workdir / "checkpoint")
     feeder = InputFeeder(plan.bootstrap, input_topic, plan.records, 3 * plan.max_offsets, committed.records)
@@ -113,7 +116,8 @@ def table_pipeline(plan: TablePlan, workdir: Path, table: str, location: str, jo
                      max_offsets=plan.max_offsets, seed=plan.seed, run_timeout=plan.run_timeout,
                      sink_format="kafka_eos_file",
                      sink_options=[f"path={location}", f"partitionBy={PARTITION_BY}", f"table={DATABASE}.{table}",
-                                   f"hive.metastore.uris={plan.metastore}", "successFile=true"],
+                                   f"hive.metastore.uris={plan.metastore}", "successFile=true",
+                                   *(f"{key}={value}" for key, value in plan.store_options.items())],
                      job_args=["--column", "timestamp", "--column", f"pmod(crc32(key), {plan.buckets}) as bucket",
                                *job_args])
 
@@ -175,41 +179,28 @@ def audit_table(plan: TablePlan, input_topics: str | Sequence[str], table: str, 
     """The table against its input topics (ids distinct across them). ``removed``: the rows
     a retention job read from the partitions ``dropped`` right before dropping them; each
     counts as the table's own, so every input id must be in the table or among them once."""
-    import hdfs_native
-    from hdfs_native.fsspec import HdfsFileSystem
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
     topics = [input_topics] if isinstance(input_topics, str) else list(input_topics)
     inputs = [record for topic in topics
               for record in read_topic(logged({"bootstrap.servers": plan.bootstrap}), topic, id_extractor())]
-    host, port = plan.hdfs.removeprefix("hdfs://").rsplit(":", 1)
-    root = "/" + location.removeprefix(plan.hdfs).strip("/")
-    hdfs = hdfs_native.Client(plan.hdfs)
+    files = table_audit.filesystem(location, plan.store_options)
+    root = table_audit.path_of(location)
 
     def placement(row: dict) -> str:
         return expected_partition(row, plan.buckets)
 
     with metastore_client(plan.metastore) as client:
-        partitions, rows = table_audit.read_through_metastore(client, hdfs, DATABASE, table)
+        partitions, rows = table_audit.read_through_metastore(client, files, DATABASE, table)
     through_metastore = table_audit.audit_rows(inputs, [*rows, *removed], placement, len(partitions))
-    filesystem = PyFileSystem(FSSpecHandler(HdfsFileSystem(host=host, port=int(port))))
-    on_disk, rows = table_audit.read_dataset(filesystem, root, PARTITION_COLUMNS)
+    on_disk, rows = table_audit.read_dataset(files, root, PARTITION_COLUMNS)
     over_path = table_audit.audit_rows(inputs, [*rows, *removed], placement, len(on_disk))
     registered = [n for n, _ in partitions]
     # Back: registered again, or its directory there again (files, or only a _SUCCESS marker).
-    back = sorted(n for n in set(dropped) if n in registered or _exists(hdfs, f"{root}/{n}"))
+    back = sorted(n for n in set(dropped) if n in registered or table_audit.exists(files, f"{root}/{n}"))
     return table_audit.TableAudit(
         f"{DATABASE}.{table}", location, through_metastore, over_path, registered=registered,
         on_disk=on_disk, wrong_location=[n for n, loc in partitions if loc.rstrip("/") != f"{location}/{n}"],
-        staged_left=table_audit.staged_files(hdfs, root), dropped=sorted(set(dropped)), dropped_back=back)
-
-
-def _exists(hdfs, path: str) -> bool:
-    try:
-        hdfs.get_file_info(path)
-        return True
-    except FileNotFoundError:
-        return False
+        staged_left=table_audit.staged_files(files, location, plan.store_options), dropped=sorted(set(dropped)),
+        dropped_back=back)
 
 
 def expected_partition(row: dict, buckets: int) -> str:

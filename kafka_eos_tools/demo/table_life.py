@@ -1,5 +1,5 @@
 """A Kafka-to-table pipeline's life, as users live it: two pipelines writing one
-partitioned Hive table on HDFS, their drivers SIGKILLed again and again, a retention job
+partitioned Hive table on HDFS or S3 (``LifePlan.store``), their drivers SIGKILLed again and again, a retention job
 dropping old partitions beside them, the first pipeline's checkpoint replaced twice
 (``startingOffsetsFromTable``), and the table audited through the metastore and over its
 path (:mod:`.table_audit`).
@@ -142,17 +142,17 @@ def run_table_life(plan: LifePlan, progress: Progress = lambda msg, frac: None) 
     plan.workdir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
     table = f"life_{run_id}"
-    location = f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db/{table}"
+    location = f"{plan.store}/kafka-eos-demo/{DATABASE}.db/{table}"
     topics = {1: f"life-in1-{run_id}", 2: f"life-in2-{run_id}"}
     create_topics(plan.bootstrap, {t: 2 for t in topics.values()}, plan.replication)
-    create_database(plan.metastore, DATABASE, f"{plan.hdfs}/kafka-eos-demo/{DATABASE}.db")
+    create_database(plan.metastore, DATABASE, f"{plan.store}/kafka-eos-demo/{DATABASE}.db")
     # Three days back, whole hours: well inside the topics' time retention (seven days by
     # default), and never in the future, which brokers may refuse.
     base_ms = (int(time.time() * 1000) // HOUR_MS - 72) * HOUR_MS
     timestamp_of = stamps(base_ms, plan.per_hour)
     lanes = [Lane(n, plan, topics[n], table, location, timestamp_of) for n in (1, 2)]
     one, two = lanes
-    retention = Retention(plan.bootstrap, plan.hdfs, plan.metastore, DATABASE, table,
+    retention = Retention(plan.bootstrap, location, plan.store_options, plan.metastore, DATABASE, table,
                           [lane.watched for lane in lanes], plan.keep_hours)
     pipelines = [lane.pipeline for lane in lanes]  # every driver started, to stop at the end
     dead, new_queries = 0, []

@@ -7,13 +7,22 @@ of a few lines (:data:`LAUNCHER`) serves the same handler, processor and transpo
 ``HiveMetaStore.startMetaStore`` does without SASL, on a 127.0.0.1 socket. The catalog is
 an embedded Derby database in the server's directory, created on first use. "Ready"
 means a client's ``get_all_databases`` call answers.
+
+pyspark's jars serve ``hdfs://`` and ``file:`` tables only: the metastore checks (and
+makes) a table's location with its own Hadoop client. With ``s3`` (Hadoop's ``fs.s3a.*``
+settings, :func:`.s3a.hadoop_settings`) it also serves ``s3a://`` tables: ``hadoop-aws``
+and the AWS SDK of pyspark's Hadoop version (:func:`.s3a.jars`) join its classpath and the
+settings its ``hive-site.xml``. Credentials never go into that file: S3A reads them from
+the process's environment (``environment``: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from pathlib import Path
+from typing import Mapping
 from xml.sax.saxutils import escape
 
 from kafka_eos_tools.storage import ServerError, javamain
@@ -93,12 +102,21 @@ class EmbeddedMetastore(EmbeddedServer):
     """A Hive metastore with its Derby catalog in ``directory``, on a free loopback port.
 
     ``uri`` is the ``thrift://127.0.0.1:PORT`` address (Spark's ``hive.metastore.uris``).
+    ``s3``: ``fs.s3a.*`` settings to serve ``s3a://`` tables too (no credentials);
+    ``environment``: more variables of the server's environment (the credentials).
     """
 
     name = "The embedded Hive metastore"
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, s3: Mapping[str, str] | None = None,
+                 environment: Mapping[str, str] | None = None) -> None:
         super().__init__(directory)
+        secret = [k for k in s3 or {} if k.lower().endswith((".key", ".token", "password"))]
+        if secret:
+            raise ServerError(f"{', '.join(secret)} would be written to hive-site.xml: give the metastore's "
+                              "credentials in its environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) instead.")
+        self.s3 = dict(s3) if s3 is not None else None
+        self._environment = dict(environment or {})
         self.port = 0
 
     @property
@@ -109,17 +127,24 @@ class EmbeddedMetastore(EmbeddedServer):
         """Start the metastore; returns :attr:`uri` once it lists databases."""
         jars = pyspark_jars()
         classpath = f"{jars}/*"
+        settings = site_settings(self.directory)
+        if self.s3 is not None:
+            from kafka_eos_tools.storage import s3a
+
+            classpath += "".join(f":{jar}" for jar in s3a.jars())
+            settings.update(self.s3)
         classes = javamain.compiled("KafkaEosMetastore", LAUNCHER, ":".join(sorted(map(str, jars.glob("*.jar")))))
         conf = self.directory / "conf"
         conf.mkdir(parents=True, exist_ok=True)
-        (conf / "hive-site.xml").write_text(_site_xml(site_settings(self.directory)))
+        (conf / "hive-site.xml").write_text(_site_xml(settings))
         (conf / "log4j2.properties").write_text(_LOG4J2)
         self.port = free_port()
         cmd = [javamain.java(), *HEAP_OPTS, "-Djava.awt.headless=true",
                f"-Dderby.system.home={self.directory}", f"-Dderby.stream.error.file={self.directory / 'derby.log'}",
                f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}",
                "-cp", f"{conf}:{classes}:{classpath}", "KafkaEosMetastore", str(self.port)]
-        self.launch(cmd, lambda: list_databases(self.port) is not None, timeout, "get_all_databases answered")
+        self.launch(cmd, lambda: list_databases(self.port) is not None, timeout, "get_all_databases answered",
+                    env={**os.environ, **self._environment})
         return self.uri
 
 
