@@ -39,7 +39,8 @@ def _transactions_commands(sub: "argparse._SubParsersAction[argparse.ArgumentPar
         else:
             action.add_argument("--family", default=None,
                                 help="only the ids of this family (as 'list' shows it: a batch job's 'j...'; "
-                                     "'j*': every batch job's; '': the streaming query's own)")
+                                     "'j*': every batch job's; '|s*': the streaming query's own, every run's "
+                                     "'s...' and earlier versions' '' ('|' separates alternatives))")
         add_client_settings(action)
         action.set_defaults(run=_transactions)
 

@@ -31,6 +31,9 @@ def described(run, batch=3):
 # -- identity ------------------------------------------------------------------------
 
 def test_a_stream_writer_task_is_its_query_and_micro_batch():
+    assert identify(WriteSpec(streaming=True), props(query=Q, batch="7", description=described(RUN1, 7))) == \
+        WriteId(Kind.STREAM, Q, 7, run=RUN1)
+    # Without the run (legacy ids: tests/test_stream_run_ids.py).
     assert identify(WriteSpec(streaming=True), props(query=Q, batch="7")) == WriteId(Kind.STREAM, Q, 7)
 
 

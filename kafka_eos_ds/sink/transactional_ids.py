@@ -1,8 +1,10 @@
 """Transactional ids of the sink: built and parsed here, and only here.
 
-A stream's own sink uses ``{prefix}-{partitionId}-{attemptNumber}``. The set is bounded
-(Spark's partition count times its task attempts) and predictable, so recovery can
-recognise every id the sink may have used, even after the number of tasks changed.
+A stream's own sink uses ``{prefix}:s{run}-{partitionId}-{attemptNumber}``, one family
+per run of the query (``{prefix}-{partitionId}-{attemptNumber}`` before the run was part
+of it, or when Spark does not tell the run). Within a run the set is bounded (Spark's
+partition count times its task attempts) and predictable, so recovery can recognise every
+id the sink may have used, even after the number of tasks changed.
 Different attempts of one task get different ids, so a retry never fences its
 predecessor by accident; the driver fences the lower attempts on purpose when a batch
 commits.
@@ -20,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.twophase.identity import matches
+from kafka_eos_ds.twophase.identity import alternatives, matches
 
 # Kafka accepts any string as a transactional id; the prefix is restricted to the
 # characters of topic names so ids stay readable in broker tools and parse unambiguously
@@ -88,12 +90,14 @@ def lower_attempts(prefix: str, partition: int, attempt: int, family: str = "") 
 def pattern(prefix: str, families: str = "") -> str:
     """A regular expression matching the ids of ``prefix`` in the families ``families``
     selects (:func:`~kafka_eos_ds.twophase.identity.matches`): the ListTransactions filter."""
-    head = re.escape(prefix)
-    if families.endswith("*"):
-        head += ":" + re.escape(families[:-1]) + "[0-9a-f]*"
-    elif families:
-        head += ":" + re.escape(families)
-    return "^" + head + r"-[0-9]+-[0-9]+$"
+    heads = []
+    for one in alternatives(families):
+        if one.endswith("*"):
+            heads.append(":" + re.escape(one[:-1]) + "[0-9a-f]*")
+        else:
+            heads.append(":" + re.escape(one) if one else "")
+    head = heads[0] if len(heads) == 1 else "(" + "|".join(heads) + ")"
+    return "^" + re.escape(prefix) + head + r"-[0-9]+-[0-9]+$"
 
 
 def any_family(prefix: str) -> str:

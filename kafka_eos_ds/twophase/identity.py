@@ -5,7 +5,8 @@ Spark calls a sink in four shapes, and each gets its own kind of identity:
 ===========  ===========================================  =========================================
 kind         when                                         identity (``app``, ``version``)
 ===========  ===========================================  =========================================
-STREAM       ``writeStream.format(...)``                  the query id, the micro-batch id
+STREAM       ``writeStream.format(...)``                  the query id, the micro-batch id, plus
+                                                          the stream's run id (tasks only)
 FOREACH      ``df.write`` inside a classic ``foreachBatch``  the stream's query id, its micro-batch id,
                                                           plus the stream's run id and the write's
                                                           ordinal within the micro-batch
@@ -22,10 +23,13 @@ without the stream's properties: the options are the way to make them idempotent
 
 Each write also names a *family*: the token its participants' ids carry, so that writers
 sharing one sink (a ``transactionalIdPrefix``, a directory) never touch each other's
-work. STREAM keeps the empty family (``{prefix}-{partition}-{attempt}``); the others never
-reuse a family across jobs or runs where the planner cannot recover it first (FOREACH:
-per stream run; JOB: per job), and APP reuses one family per app id (its planner knows the
-app id and recovers it before the tasks).
+work. STREAM uses one family per run of the query (``s{token(run)}``), so that the tasks
+of a stalled driver of an earlier run (a zombie) can never re-open, and so abort, the ids a
+newer run decided; its planner, which does not know the run, recovers them all (the
+legacy empty family of earlier versions included: ``|s*``). The others never reuse a
+family across jobs or runs where the planner cannot recover it first (FOREACH: per stream
+run; JOB: per job), and APP reuses one family per app id (its planner knows the app id
+and recovers it before the tasks).
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ class WriteId:
     """One write: a micro-batch of a stream, a write inside ``foreachBatch``, an app's
     version, or a batch job.
 
-    ``run`` (FOREACH only): the stream's run id, which tells a re-run of a micro-batch
-    after a restart from the writes of the run that first ran it. ``job``: the batch
+    ``run`` (FOREACH and STREAM): the stream's run id, which tells a re-run of a
+    micro-batch after a restart from the writes of the run that first ran it (a STREAM
+    write's tasks know it; its planner does not, and builds the identity without it). ``job``: the batch
     writer's own id (JOB and APP), which makes a JOB's family unique.
     """
 
@@ -74,9 +79,10 @@ class WriteId:
 
     @property
     def family(self) -> str:
-        """The token the write's participant ids carry ('' for a stream's own sink)."""
+        """The token the write's participant ids carry (a stream's own sink: one per run,
+        '' when the run is unknown, as in versions before the run was part of the ids)."""
         if self.kind is Kind.STREAM:
-            return ""
+            return f"s{token(self.run)}" if self.run else ""
         if self.kind is Kind.FOREACH:
             return f"f{token(self.app)}{token(self.run or '')}"
         if self.kind is Kind.APP:
@@ -86,7 +92,10 @@ class WriteId:
     @property
     def families(self) -> str:
         """Which participant families this writer recovers (:func:`matches`): its own,
-        and for a write inside foreachBatch those of every run of its stream."""
+        and for a stream or a write inside foreachBatch those of every run of its stream
+        (a stream's: the legacy empty family too)."""
+        if self.kind is Kind.STREAM:
+            return STREAM_FAMILIES
         if self.kind is Kind.FOREACH:
             return f"f{token(self.app)}*"
         return self.family
@@ -94,7 +103,10 @@ class WriteId:
     @property
     def writer(self) -> str:
         """The writer's family without the run: what its decision writer is named after
-        (every run of a stream fences the stale decision writes of the runs before)."""
+        (every run of a stream fences the stale decision writes of the runs before; a
+        stream's own sink: '', its decision writer is ``{prefix}.decisions``)."""
+        if self.kind is Kind.STREAM:
+            return ""
         return self.family[:9] if self.kind is Kind.FOREACH else self.family
 
     @property
@@ -105,10 +117,21 @@ class WriteId:
         return self.kind in (Kind.STREAM, Kind.APP)
 
 
+# Every family a stream's own sink has used: the legacy empty one and one per run.
+STREAM_FAMILIES = "|s*"
+
+
+def alternatives(families: str) -> list[str]:
+    """The alternatives of a families selector: ``|``-separated, each an exact family (''
+    included) or a prefix ending in ``*``."""
+    return families.split("|")
+
+
 def matches(families: str, family: str) -> bool:
-    """Whether participant family ``family`` is selected by ``families`` (an exact family,
-    or a prefix ending in ``*``)."""
-    return family.startswith(families[:-1]) if families.endswith("*") else family == families
+    """Whether participant family ``family`` is selected by ``families`` (alternatives
+    separated by ``|``, each an exact family or a prefix ending in ``*``)."""
+    return any(family.startswith(one[:-1]) if one.endswith("*") else family == one
+               for one in alternatives(families))
 
 
 @dataclass(frozen=True)
@@ -163,13 +186,13 @@ def identify(spec: WriteSpec, local_property: Callable[[str], str | None]) -> Wr
             raise ConfigError("A streaming write without Spark's streaming properties (sql.streaming.queryId, "
                               "streaming.sql.batchId): this Spark runs the sink in a way kafka_eos does not "
                               "support.")
-        return WriteId(Kind.STREAM, query, int(str(batch)))
+        return WriteId(Kind.STREAM, query, int(str(batch)), run=_stream_run(local_property, required=False))
     if query is not None and batch not in (None, ""):
         return WriteId(Kind.FOREACH, query, int(str(batch)), run=_stream_run(local_property), job=spec.job)
     return WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
 
 
-def _stream_run(local_property: Callable[[str], str | None]) -> str:
+def _stream_run(local_property: Callable[[str], str | None], required: bool = True) -> str | None:
     """The stream's run id, which Spark puts in the job description and the job group of
     every job it runs for the stream (foreachBatch's jobs included)."""
     found = _RUN.search(local_property("spark.job.description") or "")
@@ -178,6 +201,12 @@ def _stream_run(local_property: Callable[[str], str | None]) -> str:
     group = (local_property("spark.jobGroup.id") or "").strip()
     if _UUID.match(group):
         return group
+    if not required:
+        # A stream's own sink without its run (a Spark that sets neither property): the
+        # legacy empty family, which recovery still covers; only the fence of a stalled
+        # earlier run's tasks (docs/dev/decisions.md, "A stream's participant ids carry
+        # its run") is lost, not the ids' safety within a run.
+        return None
     raise ConfigError("A df.write inside foreachBatch cannot tell the stream's run (the job description and job "
                       "group were replaced): set .option('txnAppId', <a name for this write>) and "
                       ".option('txnVersion', batch_id) so that a re-run of the micro-batch writes nothing new.")

@@ -84,6 +84,11 @@ FOUND = {
         "stall:173@q.r2@fs:rename#2;crash:0@q.r3@spark:plan#2",
         "a zombie run's abort claimed the decision log, stalled before deleting, and deleted a foreachBatch "
         "write's staged file that the live run decided meanwhile (the write's decision is now pinned)"),
+    "zombie-driver-tasks-reopen-a-newer-runs-id": (
+        "stream-and-batch", 500027, "stall:121@q.r0@kafka:ListOffsets#8;"
+        "outage:12455@job0.s0.p1.a0@kafka:InitProducerId#1;crash:0@q.r1@kafka:EndTxn#2",
+        "a stalled driver of run 0 launched batch 0's tasks after run 1 had decided batch 0 on the same ids; "
+        "their InitProducerId aborted the decided transaction (a stream's ids now carry its run)"),
 }
 
 
