@@ -8,6 +8,7 @@ import json
 import random
 from typing import Callable
 
+from kafka_eos_ds.sink import transactional_ids
 from tests.simulation.adapters import Producer
 from tests.simulation.faults import CRASH, FAIL, SLOW, STALL, Fault
 from tests.simulation.invariants import Oracle
@@ -193,7 +194,10 @@ def first_lost_rest_committed(w: World, oracle: Oracle, rng: random.Random) -> S
     late: list = []
 
     def first_open() -> bool:
-        meta = w.cluster.coordinator.txns.get(f"{sink.prefix}-0-0")
+        # Task 0's id in the first run's family (a stream's ids carry its run).
+        meta = next((m for tid, m in sorted(w.cluster.coordinator.txns.items())
+                     if (t := transactional_ids.parse(sink.prefix, tid)) is not None
+                     and t.family.startswith("s") and (t.partition, t.attempt) == (0, 0)), None)
         if meta is None or meta.state.value != "Ongoing":
             return False
         if not late:  # the slow task's 20 s, once the first transaction is open

@@ -49,6 +49,7 @@ from typing import Any, Iterable
 
 from kafka_eos_ds.filesink.handles import files_of
 from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.twophase.identity import STREAM_FAMILIES
 from kafka_eos_ds.twophase.protocol import ABANDONED, Decision
 from tests.simulation.model.logs import OFFSETS_TOPIC
 from tests.simulation.world import World
@@ -253,7 +254,7 @@ class Oracle:
                 self.fail("decided-not-visible", f"{txn} was named by a durable decision but never committed, and "
                                                  "no TransactionLostError said so")
 
-    def check_no_leftovers(self, run: str, prefix: str, families: str = "", writer: str = "") -> None:
+    def check_no_leftovers(self, run: str, prefix: str, families: str = STREAM_FAMILIES, writer: str = "") -> None:
         """At the moment a query finishes: no open transaction of its writer (``families``
         of the sink's ids, the stream's own by default) that a listing of them by the run
         that finished saw (it should have been aborted), and no decision write of the

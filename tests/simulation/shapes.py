@@ -47,9 +47,13 @@ from tests.simulation.write_shapes import WRITE_SHAPES
 # without output commits its offsets in its done record's transaction, which a fenced
 # writer cannot commit; docs/dev/decisions.md, "A batch without output records `done`,
 # its offsets in the same transaction".)
-_ZOMBIES = ("a zombie task, or an old stage attempt's task restarted at attempt 0, opening a transaction on an id a "
-            "decision names (stage-retry-same-id); among them a zombie driver's own tasks, started once its planner "
-            "came back, on the ids of a batch a newer run decided meanwhile (stream-and-batch seed 500027)")
+# A zombie driver's own tasks no longer can: a stream's ids carry its run (docs/dev/
+# decisions.md, "A stream's participant ids carry its run"; FOUND's
+# zombie-driver-tasks-reopen-a-newer-runs-id).
+_ZOMBIES = ("a stale task of the same run or job opening a transaction on an id a decision names: an old stage "
+            "attempt's task restarted at attempt 0 (stage-retry-same-id), or a write's stalled task, speculated "
+            "away, whose InitProducerId comes after a later write of the same run re-used its id (foreach-batch "
+            "seed 700176)")
 _STREAM = {"decided-fenced", "false-lost"}
 _WHY_STREAM = _ZOMBIES
 # A limit of the design, not a defect (docs/dev/decisions.md, "The simulation's known
