@@ -46,6 +46,27 @@ def assert_crashed(run: Run) -> None:
     assert run.killed, f"the fault did not fire (exit {run.returncode}):\n{run.log[-3000:]}"
 
 
+def task_ids(conf: Mapping[str, str], prefix: str, partition: int, attempt: int,
+             state: str | None = None) -> list[str]:
+    """The ids a stream's task (``partition``, ``attempt``) used, one per run of the query
+    (its ids carry the run: ``{prefix}:s{run}-{partition}-{attempt}``), optionally only
+    those in ``state`` (e.g. "Ongoing")."""
+    from kafka_eos_ds.sink import list_transactions
+
+    return sorted(t.transactional_id for t in list_transactions(conf, prefix)
+                  if t.family.startswith("s") and (t.partition, t.attempt) == (partition, attempt)
+                  and (state is None or t.state == state))
+
+
+def earlier_run_id(prefix: str, partition: int, attempt: int) -> str:
+    """The id task (``partition``, ``attempt``) had in an earlier run of the query (not
+    one of the run under test): what a zombie of that run holds."""
+    from kafka_eos_ds.sink import transactional_ids
+    from kafka_eos_ds.twophase.identity import token
+
+    return transactional_ids.build(prefix, partition, attempt, "s" + token("an earlier run"))
+
+
 def seed(bootstrap: str, topic: str, records: int, keys: int = 16, start: int = 0) -> None:
     seed_input(bootstrap, topic, records, keys, start)
 

@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql.types import StringType, StructField, StructType
 
-from integration.sink_runs import assert_crashed
+from integration.sink_runs import assert_crashed, task_ids
 from integration.test_sink_crash import (
     BATCH,
     RECORDS,
@@ -133,13 +133,14 @@ def test_a_committed_batch_whose_id_was_initialised_again_is_never_reported_lost
     check, and writes nothing."""
     assert_crashed(pipeline.run("driver-after-all-commits@1"))
     assert _visible_once_markers_land(pipeline, 2 * BATCH) == 2 * BATCH
-    zombie = Producer({"bootstrap.servers": pipeline.bootstrap, "transactional.id": f"{pipeline.prefix}-0-0"})
+    [committed] = task_ids(pipeline.conf, pipeline.prefix, 0, 0)  # batch 1's task 0, in the crashed run's family
+    zombie = Producer({"bootstrap.servers": pipeline.bootstrap, "transactional.id": committed})
     zombie.init_transactions(30)
     run = pipeline.run()
     assert run.returncode != 0, run.log[-3000:]
     assert "TransactionLostError" not in run.log and "not in the output" not in run.log, run.log[-3000:]
     assert "Cannot tell whether batch 1 of query" in run.log, run.log[-3000:]
-    assert f"{pipeline.prefix}-0-0 ran under producer" in run.log and "read_committed" in run.log
+    assert f"{committed} ran under producer" in run.log and "read_committed" in run.log
     report = pipeline.audit()  # batches 0 and 1, each record once; nothing written after the stop
     assert report.duplicates == 0 and report.unique_out == report.records_out == 2 * BATCH, report.table()
 
@@ -467,13 +468,13 @@ def test_a_zombie_transaction_on_a_just_committed_id_is_swept_after_the_commit(k
     # read_committed readers of the partition until its timeout (the simulation's
     # checkpoint-lost seed 302343).
     sink = _sink(kafka, new_topic(1, prefix="out"))
-    write = WriteId(Kind.STREAM, "q", 0)
+    write = WriteId(Kind.STREAM, "q", 0, run=str(uuid.uuid4()))  # a task's: its ids carry the run
     zombie: list = []
 
     def reopen(point, batch=None, **_):
         if point == "driver-after-all-commits":
             producer = Producer({"bootstrap.servers": kafka.bootstrap,
-                                 "transactional.id": f"{sink.prefix}-0-0"})
+                                 "transactional.id": task.transactional_id})  # the id the decision names
             producer.init_transactions(30)
             producer.begin_transaction()
             producer.produce(sink.output, b"zombie")
@@ -481,7 +482,7 @@ def test_a_zombie_transaction_on_a_just_committed_id_is_swept_after_the_commit(k
             zombie.append(producer)  # kept: its transaction stays open
 
     with sink.driver._committer(write) as committer:
-        task = sink.precommitted(0, ["r0", "r1"], "q", 0)
+        task = sink.precommitted(0, ["r0", "r1"], "q", 0, write=write)
         faults.install(reopen)
         try:
             committer.commit(write, [task.participant()])

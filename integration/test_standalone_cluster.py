@@ -371,7 +371,7 @@ def test_speculative_copies_on_a_standalone_cluster_are_exactly_once(kafka, tmp_
     assert speculative, "Spark launched no speculative copy"
     # The copy is attempt 1 of task 0 and wrote under its own transactional id ...
     assert any(t["Index"] == 0 and t["Attempt"] >= 1 for t in speculative)
-    assert f"{names['prefix']}-0-1" in settled["ids"]
+    assert any(t.startswith(f"{names['prefix']}:s") and t.endswith("-0-1") for t in settled["ids"])  # the run's
     # ... and the loser, pre-committed, was killed for the winner.
     assert loser_killed, f"Spark killed no attempt {loser} for a winning one"
     _assert_exactly_once(settled)
