@@ -58,13 +58,19 @@ def task_ids(conf: Mapping[str, str], prefix: str, partition: int, attempt: int,
                   and (state is None or t.state == state))
 
 
+def earlier_run_family() -> str:
+    """The family of :func:`earlier_run_id`: a run of the query before the one under test."""
+    from kafka_eos_ds.twophase.identity import token
+
+    return "s" + token("an earlier run")
+
+
 def earlier_run_id(prefix: str, partition: int, attempt: int) -> str:
     """The id task (``partition``, ``attempt``) had in an earlier run of the query (not
     one of the run under test): what a zombie of that run holds."""
     from kafka_eos_ds.sink import transactional_ids
-    from kafka_eos_ds.twophase.identity import token
 
-    return transactional_ids.build(prefix, partition, attempt, "s" + token("an earlier run"))
+    return transactional_ids.build(prefix, partition, attempt, earlier_run_family())
 
 
 def seed(bootstrap: str, topic: str, records: int, keys: int = 16, start: int = 0) -> None:

@@ -29,7 +29,7 @@ from kafka_eos_ds.sink import list_transactions
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader
 from kafka_eos_tools.demo.job import available_now_supported
-from kafka_eos_tools.topics import produce
+from kafka_eos_tools.topics import end_offsets, produce
 
 # The oldest pyspark line (4.0: rows into the sink, no read limits) runs this module too, in
 # the full profile: the gate runs Connect on the newest line and the rows path on 4.0 in
@@ -231,7 +231,13 @@ def test_exactly_once_through_spark_connect_when_the_server_is_killed(kafka, new
     print("spark connect: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
     assert report.records_in == fed >= RECORDS, report.table()
     assert report.duplicates == 0, report.table()
-    assert report.losses == 0, report.table()
+    # A record missing from read_committed output is lost or held back by a transaction
+    # left open: the transactions at the kill and after the run tell which.
+    ends = {isolation: end_offsets(kafka.bootstrap, output_topic, isolation)
+            for isolation in ("read_committed", "read_uncommitted")}
+    held = (f"\nopen at the kill: {open_at_kill}\nopen after the run: {left_open}"
+            f"\nOUT's ends: {ends}; IN's: {end_offsets(kafka.bootstrap, input_topic)}")
+    assert report.losses == 0, report.table() + held
     assert report.unexpected == 0 and report.order_violations == 0, report.table()
     assert report.records_out == report.unique_out == fed, report.table()
     assert tail.duplicates == 0          # a read_committed reader never saw a duplicate
