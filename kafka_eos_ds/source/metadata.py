@@ -21,9 +21,12 @@ from kafka_eos_ds.source.offsets import Offsets, TopicPartitionKey
 from kafka_eos_ds.source.options import SourceOptions, SubscriptionKind
 
 _TIMEOUT_S = 30.0
-# One ListOffsets attempt of an offset look-up: a third of the look-up's budget, so that a
-# request stuck on a dead leader (27 s measured, then FENCED_LEADER_EPOCH) leaves time for
-# a new client, with fresh metadata, to ask the partition's new leader.
+# One ListOffsets attempt of an offset look-up: 2 s, doubled at each retry up to 10 s. A
+# request sent to a dead leader waits for it (27 s measured, then FENCED_LEADER_EPOCH), and
+# the cluster names the new leader only once its controller fences the dead broker (about
+# 9 s): short first attempts let a new client, with fresh metadata, ask the new leader
+# soon after; a slow but healthy cluster still gets the longer attempts.
+_FIRST_ATTEMPT_S = 2.0
 _ATTEMPT_S = 10.0
 
 # Kafka's internal topics: a pattern subscription never matches them (as the Java
@@ -124,10 +127,11 @@ class KafkaMetadata:
         and failOnDataLoss=false would have recorded -1001 as the batch's end), the second
         failed the query."""
         wanted, found = set(tps), Offsets()
-        deadline, delay = time.monotonic() + _TIMEOUT_S, 0.1
+        deadline, delay, attempt_cap = time.monotonic() + _TIMEOUT_S, 0.1, _FIRST_ATTEMPT_S
         while True:
             try:
-                attempt_s = min(_ATTEMPT_S, max(1.0, deadline - time.monotonic()))
+                attempt_s = min(attempt_cap, max(1.0, deadline - time.monotonic()))
+                attempt_cap = min(attempt_cap * 2, _ATTEMPT_S)
                 answer = self._list_offsets({tp: spec() for tp in sorted(wanted - found.keys())}, attempt_s)
                 last = "no offset (-1001)"
             except KafkaClientError as error:
