@@ -1,8 +1,9 @@
 """The executor side of the sink: rows -> one Kafka transaction -> a commit message.
 
 A task of batch N (``exactly_once``) opens a transactional producer on
-``{prefix}-{partition}-{attempt}``, calls ``init_transactions()`` (a new epoch for every
-transaction, fencing any zombie of that id), writes its rows, flushes, checks every
+``{prefix}:{family}-{partition}-{attempt}`` (a stream's family is its run), calls
+``init_transactions()`` (a new epoch for every transaction, fencing any zombie of that
+id), writes its rows, flushes, checks every
 delivery report, and leaves the transaction open ("pre-committed"). Its producer id
 and epoch come from librdkafka's statistics (there is no getter) and travel to the
 driver in the commit message. A task with no rows opens nothing.

@@ -72,9 +72,10 @@ class TwoPhaseCommitter:
         write to be decided (the time to commit them all, with room to spare).
     streams_share_ids : bool
         Whether every stream on the sink uses the same participant ids (the Kafka sink's
-        ``{prefix}-{partition}-{attempt}``): then another stream's decision is either the
-        query this one replaces or a conflict (:func:`~.recovery.stream_target`). A sink
-        whose streams stage apart (the file sink) gives False.
+        ``{prefix}:s{run}-{partition}-{attempt}``, every run's recovered together): then
+        another stream's decision is either the query this one replaces or a conflict
+        (:func:`~.recovery.stream_target`). A sink whose streams stage apart (the file
+        sink) gives False.
     fences : Fences, optional
         Exact fencing (validate, then act): when given, every fence observes the exact
         instances, claims the step's decision writer, then aborts those instances only.
