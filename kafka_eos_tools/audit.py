@@ -178,6 +178,7 @@ def audit_records(inputs: Iterable[Record], outputs: Iterable[Record]) -> AuditR
     report.losses = len(lost)
     if lost:
         report.examples["loss"] = f"id {lost[0]} (input {input_pos[lost[0]]})"
+        report.examples["losses by input"] = _ranges(sorted(input_pos[i] for i in lost))
     for key, rows in per_key.items():
         report.keys_checked += 1
         # Only records that share an input partition and an output partition have an order.
@@ -189,6 +190,19 @@ def audit_records(inputs: Iterable[Record], outputs: Iterable[Record]) -> AuditR
                 report.examples.setdefault("order", f"key {key!r}: input offset {in_offset} after {last[lane]}")
             last[lane] = max(in_offset, last.get(lane, -1))
     return report
+
+
+def _ranges(positions: list[tuple[int, int]], shown: int = 12) -> str:
+    """``[(partition, offset), ...]`` (sorted) as runs, ``p1@248-365``: which batches and
+    tasks a loss falls in, told at a glance from the checkpoint's offsets."""
+    runs: list[list[int]] = []
+    for part, offset in positions:
+        if runs and runs[-1][0] == part and runs[-1][2] == offset - 1:
+            runs[-1][2] = offset
+        else:
+            runs.append([part, offset, offset])
+    text = ", ".join(f"p{p}@{a}" if a == b else f"p{p}@{a}-{b}" for p, a, b in runs[:shown])
+    return text + (f", ... ({len(runs) - shown} more runs)" if len(runs) > shown else "")
 
 
 def audit(conf: dict, input_topic: str, output_topic: str, id_from: str = "value",

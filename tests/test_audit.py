@@ -34,6 +34,14 @@ def test_duplicates_losses_and_unexpected_are_counted():
     assert not report.ok
 
 
+def test_losses_are_told_as_runs_of_input_offsets():
+    inputs = _inputs(40)  # ids i at partition i % 2, offset i // 2
+    kept = [r for r in inputs if not (20 <= int(r.id) < 30 or r.id == "35")]
+    report = audit_records(inputs, _copy(kept))
+    assert report.losses == 11
+    assert report.examples["losses by input"] == "p0@10-14, p1@10-14, p1@17"
+
+
 def test_order_violation_within_a_key_is_found():
     inputs = _inputs(40)
     out = _copy(inputs)
