@@ -71,7 +71,7 @@ def test_two_pipelines_killed_beside_retention_write_every_record_once_and_every
         assert report.records_in == result.records_in[1] + result.records_in[2]
         assert report.records_out == report.unique_out == report.records_in
         assert report.duplicates == report.losses == report.unexpected == read.misplaced == 0
-    assert audit.dropped_back == [] and audit.staged_left == []
+    assert audit.dropped_back == [] and audit.staged_left == [] and audit.late_files == []
     assert audit.unregistered == audit.registered_empty == audit.registered_twice == audit.wrong_location == []
     # Retention removed much, and the last new query started after it dropped the
     # partitions of the batch the dead query decided and query A finished.

@@ -70,3 +70,38 @@ def test_a_dropped_partition_back_fails_the_audit():
     assert audit.ok and audit.to_dict()["partitions_dropped"] == 1
     audit.dropped_back = ["a=0"]
     assert not audit.ok and "back since: 1" in audit.table_text()
+
+
+def test_a_file_that_lands_in_a_partition_after_retention_read_it_is_named_and_fails_the_audit(tmp_path):
+    """Retention reads a partition's rows, drops it, then deletes its directory: a file
+    completed in between would be deleted uncounted, a loss the audit could not place."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyarrow.fs import LocalFileSystem
+
+    from kafka_eos_tools.demo.retention import Retention
+
+    partition_dir = tmp_path / "a=0"
+    partition_dir.mkdir()
+    pq.write_table(pa.table({"id": ["1"]}), partition_dir / "part-00001-00000-q1.parquet")
+
+    class Client:
+        def drop_partition(self, database, table, values, delete_data):
+            # A commit completes a file in the partition right after retention read it.
+            pq.write_table(pa.table({"id": ["2"]}), partition_dir / "part-00002-00000-q1.parquet")
+
+    retention = Retention.__new__(Retention)
+    retention.files, retention.database, retention.table = LocalFileSystem(), "db", "t"
+    retention.dropped, retention.removed, retention.removed_files, retention.late_files = [], [], [], []
+    retention._drop(Client(), "a=0", SimpleNamespace(values=["0"], sd=SimpleNamespace(location=str(partition_dir))))
+    assert retention.late_files == ["a=0/part-00002-00000-q1.parquet"]
+    assert [row["id"] for _name, row in retention.removed] == ["1"]
+
+    clean = _read(range(10), [])
+    audit = table_audit.TableAudit("db.t", "hdfs://h:1/t", clean, clean, registered=["a=1"], on_disk=["a=1"],
+                                   dropped=["a=0"])
+    assert audit.ok
+    audit.late_files = retention.late_files
+    assert not audit.ok and "after retention read it: a=0/part-00002" in audit.table_text()

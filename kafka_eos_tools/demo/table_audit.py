@@ -74,6 +74,7 @@ class TableAudit:
     # (registered again, or their directory there again): none may come back.
     dropped: list[str] = field(default_factory=list)
     dropped_back: list[str] = field(default_factory=list)
+    late_files: list[str] = field(default_factory=list)  # in a dropped partition after retention read it
 
     @property
     def unregistered(self) -> list[str]:
@@ -94,7 +95,8 @@ class TableAudit:
     @property
     def ok(self) -> bool:
         return (self.metastore.ok and self.dataset.ok and self.partitions_ok and not self.staged_left
-                and not self.dropped_back and self.metastore.report.records_out == self.dataset.report.records_out)
+                and not self.dropped_back and not self.late_files
+                and self.metastore.report.records_out == self.dataset.report.records_out)
 
     def to_dict(self) -> dict:
         return {"table": self.table, "location": self.location, "records_in": self.metastore.report.records_in,
@@ -103,7 +105,8 @@ class TableAudit:
                 "partitions_unregistered": self.unregistered, "partitions_registered_empty": self.registered_empty,
                 "partitions_registered_twice": self.registered_twice, "partitions_wrong_location":
                 self.wrong_location, "staged_files_left": len(self.staged_left),
-                "partitions_dropped": len(self.dropped), "partitions_dropped_back": self.dropped_back, "ok": self.ok}
+                "partitions_dropped": len(self.dropped), "partitions_dropped_back": self.dropped_back,
+                "late_files": self.late_files, "ok": self.ok}
 
     def table_text(self) -> str:
         m, d = self.metastore, self.dataset
@@ -123,6 +126,9 @@ class TableAudit:
         lines.append(f"staged files left       {len(self.staged_left):,}")
         if self.dropped:
             lines.append(f"partitions dropped by retention {len(self.dropped):,}, back since: {len(self.dropped_back)}")
+        if self.late_files:
+            shown = ", ".join(self.late_files[:5])
+            lines.append(f"files found in a dropped partition after retention read it: {shown}")
         for name, sample in {**m.report.examples, **d.report.examples}.items():
             lines.append(f"  e.g. {name}: {sample}")
         for sample in (m.example, d.example):
@@ -165,6 +171,14 @@ def read_through_metastore(client: Any, files: Any, database: str, table: str) -
         partitions.append((name, partition.sd.location))
         rows += [(name, row) for _file, row in partition_rows(files, partition.sd.location)]
     return partitions, rows
+
+
+def partition_files(files: Any, location: str) -> list[str]:
+    """The names of the final files (``part-*``) in a partition's ``location``."""
+    from pyarrow.fs import FileSelector, FileType
+
+    return sorted(info.base_name for info in files.get_file_info(FileSelector(path_of(location), allow_not_found=True))
+                  if info.type == FileType.File and info.base_name.startswith("part-"))
 
 
 def partition_rows(files: Any, location: str) -> list[tuple[str, dict]]:

@@ -200,6 +200,7 @@ def run_table_life(plan: LifePlan, progress: Progress = lambda msg, frac: None) 
         audit = audit_table(plan, list(topics.values()), table, location, retention.removed, retention.dropped)
         # Dropped partitions found registered again during the run count as back too.
         audit.dropped_back = sorted(set(audit.dropped_back) | set(retention.back))
+        audit.late_files = list(retention.late_files)
         records_in = {1: fed, 2: two.feeder.fed}
     finally:
         for lane in lanes:
