@@ -77,6 +77,7 @@ class FlakyStore(LocalStore):
     url = "flaky://bucket"
 
     def __init__(self, error: Exception | None = None, failures: int = 1) -> None:
+        super().__init__()
         self.error = error
         self.failures = failures
         self.puts = 0

@@ -44,6 +44,7 @@ class AnswerLostOnce(LocalStore):
     PutObject or HDFS rename whose answer was lost)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.lost = 0
 
     def put(self, path: str, data: bytes, *, new: bool = False) -> None:
@@ -181,6 +182,7 @@ class DeletePaused(LocalStore):
     moving on while this one is between its claim and its deletions)."""
 
     def __init__(self, before) -> None:
+        super().__init__()
         self.before = before
 
     def delete(self, path: str) -> None:

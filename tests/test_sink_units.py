@@ -14,6 +14,7 @@ from kafka_eos_ds.sink import transactional_ids as ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
 from kafka_eos_ds.twophase import Outcome
+from tests.sink_fakes import kafka_runtime
 from tests.test_twophase import FakeLog
 
 
@@ -469,13 +470,13 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
     coordinator = _DescribingCoordinator({"etl-0-0": TxnState("etl-0-0", "Ongoing", 7, 3, now_ms - open_s * 1000,
                                                               timeout_ms)})
     logs = []
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: coordinator)
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: logs.append(_fence_free(FakeLog())) or logs[-1])
-    monkeypatch.setattr(kafka_sink, "cluster_metadata", lambda config: None)  # the fake log needs no topics
+    # The fake log needs no topics.
+    runtime = kafka_runtime(lambda conf, **_: coordinator,
+                            lambda *a, **k: logs.append(_fence_free(FakeLog())) or logs[-1])
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
     config = SinkConfig.from_options({**OPTS, "kafka.transaction.timeout.ms": str(timeout_ms)}, SCHEMA)
-    sink = kafka_sink.KafkaSink(config, commit_timeout_s=120)
+    sink = kafka_sink.KafkaSink(config, commit_timeout_s=120, runtime=runtime)
     write = WriteId(Kind.STREAM, "q", 1)
     participant = Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})
     if refused:
@@ -614,7 +615,6 @@ def test_every_setup_step_of_a_driver_step_is_retried_when_it_fails_transiently(
     import time
 
     from kafka_eos_ds.errors import KafkaClientError
-    from kafka_eos_ds.kafka.driver_session import SESSIONS
     from kafka_eos_ds.sink import kafka_sink
     from kafka_eos_ds.twophase import Participant
     from kafka_eos_ds.twophase.identity import Kind, WriteId
@@ -635,22 +635,17 @@ def test_every_setup_step_of_a_driver_step_is_retried_when_it_fails_transiently(
     coordinator.describe_many = once("pre-decision check", lambda: {"etl-0-0": coordinator.states["etl-0-0"]})
     logs = []
 
-    def decision_log(*_args):
+    def decision_log(*_args, **_kwargs):
         log = _fence_free(FakeLog())
         log.ensure_topic, log.fence_writers = once("commit-log topic", 1), once("commit-log writer")
         logs.append(log)
         return log
 
-    SESSIONS.close()  # no coordinator client kept from an earlier test: this one builds its own
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", once("coordinator client", lambda: coordinator))
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", decision_log)
-    monkeypatch.setattr(kafka_sink, "cluster_metadata", once("cluster metadata"))
+    # Its own kept clients (none from an earlier test): it builds its coordinator client.
+    runtime = kafka_runtime(once("coordinator client", lambda: coordinator), decision_log, once("cluster metadata"))
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=30)
-    try:
-        sink.commit(WriteId(Kind.STREAM, "q", 1), [Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})])
-    finally:
-        SESSIONS.close()
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=30, runtime=runtime)
+    sink.commit(WriteId(Kind.STREAM, "q", 1), [Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})])
     assert failures[flaky] == 0  # the step did fail once ...
     assert [d.state.value for _, d in logs[-1].records] == ["decided", "done"]  # ... and the batch committed

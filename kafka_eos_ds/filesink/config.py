@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlparse
 from kafka_eos_ds.errors import ConfigError, StorageError
 from kafka_eos_ds.filesink.layout import EXTENSIONS, Layout, remote_root
 from kafka_eos_ds.filesink.partitions import Partitioning
+from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.storage import HDFS, S3, StorageOptions, Store, locate
 
@@ -67,10 +68,12 @@ class FileSinkConfig:
         """The table's location as other engines name it (the metastore's LOCATION)."""
         return self.location or Path(self.root).as_uri()
 
-    def store(self) -> Store:
-        """The store holding the directory, one per process (not pickled: each task makes its own)."""
+    def store(self, runtime: TableRuntime = DEFAULT) -> Store:
+        """The store holding the directory, one per process (not pickled: each task makes its
+        own), a local one on ``runtime``'s ``os``: the runtime of the sink the config is for."""
         if "store" not in self._stores:
-            self._stores["store"] = locate(self.location or str(self.root), self.storage, "Option 'path'")[0]
+            self._stores["store"] = locate(self.location or str(self.root), self.storage, "Option 'path'",
+                                           local=runtime.local_store)[0]
         return self._stores["store"]
 
     def __getstate__(self) -> dict[str, Any]:

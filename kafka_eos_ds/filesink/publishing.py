@@ -23,7 +23,7 @@ from kafka_eos_ds.filesink.metastore import Metastore
 from kafka_eos_ds.twophase.protocol import Decision, Participant
 
 if TYPE_CHECKING:
-    from kafka_eos_ds.storage import RenameStore
+    from kafka_eos_ds.storage import RenameStore, Store
 
 SUCCESS = "_SUCCESS"
 
@@ -33,8 +33,9 @@ def metastore_of(config: FileSinkConfig) -> Metastore | None:
     return Metastore(table.database, table.name, table.uris, config.uri) if table is not None else None
 
 
-def publisher(config: FileSinkConfig) -> Callable[[Decision], None] | None:
-    """The publish step of the sink's committer (None: nothing to announce)."""
+def publisher(config: FileSinkConfig, store: Store) -> Callable[[Decision], None] | None:
+    """The publish step of the sink's committer (None: nothing to announce); ``store``
+    holds the table (the sink's)."""
     metastore = metastore_of(config)
     if metastore is None and not config.success_file:
         return None
@@ -42,7 +43,7 @@ def publisher(config: FileSinkConfig) -> Callable[[Decision], None] | None:
     def publish(decision: Decision) -> None:
         directories = _directories(decision.participants)
         if config.success_file:
-            store, layout = config.store(), config.layout
+            layout = config.layout
             for directory in directories:
                 store.put(str(layout.root / directory / SUCCESS if directory else layout.root / SUCCESS), b"")
         if metastore is not None:
@@ -60,7 +61,7 @@ def prepare_table(config: FileSinkConfig, schema: Any) -> None:
         metastore.ensure_table(schema, config.partitioning)
 
 
-def register_partitions(config: FileSinkConfig, participants: Sequence[Participant]) -> None:
+def register_partitions(config: FileSinkConfig, store: Store, participants: Sequence[Participant]) -> None:
     """Before a batch's decision: the partitions its files go into, registered. A partition
     the metastore refuses (a name pattern, a value too long for its database) refuses the
     batch while nothing of it is decided or final; once decided, a refusal would leave its
@@ -78,7 +79,6 @@ def register_partitions(config: FileSinkConfig, participants: Sequence[Participa
     if metastore is None:
         return
     directories = _directories(participants)
-    store = config.store()
     if store.renames:
         for directory in directories:
             # A directory that cannot be made here (a value too long for a name) is refused

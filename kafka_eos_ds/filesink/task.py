@@ -33,7 +33,8 @@ from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.encoding import FileEncoder, record_batches
 from kafka_eos_ds.filesink.handles import StagedFile, handle_of
-from kafka_eos_ds.filesink.layout import FileId, new_stamp
+from kafka_eos_ds.filesink.layout import FileId
+from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
 from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.twophase.identity import WriteId
@@ -70,18 +71,18 @@ class FileCommitMessage(WriterCommitMessage):
 
 
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
-                schema: Any, read: int | None = None) -> FileCommitMessage:
+                schema: Any, read: int | None = None, runtime: TableRuntime = DEFAULT) -> FileCommitMessage:
     """One task: its rows in one file per partition, pre-committed; the message for the
     driver. ``read``: the writer's decision number the planner read (None: the task reads
-    it before its first file), passed on to the commit."""
-    store = config.store()
+    it before its first file), passed on to the commit; ``runtime``: the sink's."""
+    store = config.store(runtime)
     fid = FileId.of(task.write, task.partition, task.attempt)
     # On S3 every attempt of a task uploads to the same keys: the id is the task's (:mod:`.layout`).
     pid = str(fid) if store.renames else str(fid.of_task())
     empty = FileCommitMessage(task.write, pid, task.partition, task.attempt, 0)
     if already_decided(mark, task, items):
         return empty
-    files = TaskFiles(config, fid, schema, read)
+    files = TaskFiles(config, fid, schema, read, runtime)
     records = run_task(files, items, task)
     if records == 0:
         return empty
@@ -95,15 +96,17 @@ def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Itera
 
 class TaskFiles:
     """One task attempt's files, one per partition (a :class:`~kafka_eos_ds.twophase.TaskTransaction`).
-    ``read``: the writer's decision number read before the first file (module docstring)."""
+    ``read``: the writer's decision number read before the first file (module docstring);
+    ``runtime``: the sink's, whose store and stamp the files get."""
 
-    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any, read: int | None = None) -> None:
+    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any, read: int | None = None,
+                 runtime: TableRuntime = DEFAULT) -> None:
         self.config = config
         self.fid = fid
         self.schema = schema
         self.read = read
-        self.store = config.store()
-        self.stamp = new_stamp()
+        self.store = config.store(runtime)
+        self.stamp = runtime.stamp()
         self._files: dict[str, _FileWriter | Any] = {}  # partition directory -> its file
 
     def write_all(self, items: Iterable[Any]) -> int:

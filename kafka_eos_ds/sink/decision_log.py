@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
-from kafka_eos_ds.kafka.driver_session import SESSIONS
+from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
@@ -87,15 +87,24 @@ class KafkaDecisionLog:
         The writer family whose producer writes here ('' for a stream's own sink).
     clients : LogClients, optional
         Builds the log's clients (a test hands in its own).
+    sessions : ClientSessions, optional
+        Where the process keeps the log's readers between steps.
+    clock, wall, sleep : callable, optional
+        Monotonic seconds, the wall clock (records' timestamps) and a wait: the sink's
+        runtime's (:mod:`kafka_eos_ds.sink.runtime`).
     """
 
     def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "",
-                 clients: "LogClients" | None = None) -> None:
+                 clients: "LogClients" | None = None, *, sessions: ClientSessions = SESSIONS,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._conf = dict(conf)  # client_config keeps what the commit-log clients need
         self.topic = topic
         self.prefix = prefix
         self.writer = writer
         self._clients = clients or LogClients()
+        self._sessions = sessions
+        self._clock, self._wall, self._sleep = clock, wall, sleep
         self._producer: Any = None
         self._first: Any = None  # the producer fenced when the step began: the one a claim must use
         self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
@@ -141,7 +150,7 @@ class KafkaDecisionLog:
                     if t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values()):
                         partitions = len(t.partitions)
                         break
-                    time.sleep(0.1)
+                    self._sleep(0.1)
             else:
                 partitions = len(existing.partitions)
         except KafkaException as exc:
@@ -266,7 +275,7 @@ class KafkaDecisionLog:
     def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
         head = self._record_key(kind + ":")
         seen: dict[bytes, Decision | None] = {}
-        horizon_ms = (time.time() - JOB_HORIZON_S) * 1000
+        horizon_ms = (self._wall() - JOB_HORIZON_S) * 1000
 
         def collect(record_key: bytes, decision: Decision | None) -> bool:
             if record_key.startswith(head):
@@ -397,7 +406,7 @@ class KafkaDecisionLog:
                 conf = client_config(self._conf, "commit_log", **{
                     "group.id": reader_group(self.prefix), "enable.auto.commit": False,
                     "isolation.level": isolation, "fetch.wait.max.ms": 10, "enable.partition.eof": True})
-                return self._held.enter_context(SESSIONS.session(conf, self._clients.consumer,
+                return self._held.enter_context(self._sessions.session(conf, self._clients.consumer,
                                                                  kind=(type(self._clients), "log consumer")))
 
             self._readers = (consumer("read_committed"), consumer("read_uncommitted"))
@@ -411,17 +420,17 @@ class KafkaDecisionLog:
         committed, uncommitted = self._consumers()
         tp = TopicPartition(self.topic, partition)
         _, high = uncommitted.get_watermark_offsets(tp, timeout=15, cached=False)
-        deadline = time.monotonic() + SETTLE_S
+        deadline = self._clock() + SETTLE_S
         while True:
             low, stable = committed.get_watermark_offsets(tp, timeout=15, cached=False)
             if stable >= high:
                 return low, stable
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 raise KafkaClientError(
                     f"The commit log '{self.topic}' (partition {partition}) is held back by another writer's open "
                     f"write for more than {SETTLE_S:.0f}s (offsets {stable}..{high} not settled); retrying.",
                     retriable=True)
-            time.sleep(0.05)
+            self._sleep(0.05)
 
     def _read_window(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, Any, int]]:
         """``(offset, key, value, timestamp ms)`` of the committed records in ``[start, end)``."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.coordinator import (
@@ -81,8 +81,10 @@ def commit_time_needed_s(commit_timeout_s: float) -> float:
 class KafkaTransactions:
     """Commits, fences and lists the transactions of one sink (one ``transactionalIdPrefix``)."""
 
-    def __init__(self, coordinator: TransactionCoordinator, prefix: str, transaction_timeout_ms: int) -> None:
+    def __init__(self, coordinator: TransactionCoordinator, prefix: str, transaction_timeout_ms: int,
+                 wall: Callable[[], float] = time.time) -> None:
         self.coordinator = coordinator
+        self._wall = wall  # compared with the coordinator's transaction start times
         self.prefix = prefix
         self.transaction_timeout_ms = transaction_timeout_ms
         self._untold: dict[str, TxnState | None] = {}  # what the coordinator showed, per unknown outcome
@@ -173,7 +175,7 @@ class KafkaTransactions:
         # it. With a timeout that short, a commit that needs its whole retry budget can still
         # be lost (docs/fault-tolerance.md says which timeouts cover it).
         needed_ms = min(time_needed_s * 1000, self.transaction_timeout_ms / 2)
-        now_ms = time.time() * 1000
+        now_ms = self._wall() * 1000
         problems = [problem for p in participants
                     if (problem := _unfit(p, states.get(p.id), needed_ms, now_ms)) is not None]
         if not problems:
@@ -224,7 +226,7 @@ class KafkaTransactions:
         ids = [tid for tid, _pid, state in listed
                if state == TxnStatus.ONGOING and transactional_ids.in_families(self.prefix, tid, _JOBS)
                and not transactional_ids.in_families(self.prefix, tid, write.family)]
-        now_ms = time.time() * 1000
+        now_ms = self._wall() * 1000
         least_s = commit_time_needed_s(MIN_COMMIT_TIMEOUT_MS / 1000)
         return [Instance(tid, f"{state.producer_id}/{state.producer_epoch}")
                 for tid, state in self.coordinator.describe_many(ids).items()

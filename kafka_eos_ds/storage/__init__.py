@@ -27,7 +27,7 @@ otherwise, at each store's boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 from urllib.parse import urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -143,16 +143,17 @@ def checkpoint_files(location: str, options: StorageOptions | None = None) -> tu
     return locate(location, options)
 
 
-def locate(location: str, options: StorageOptions | None = None, what: str = "The checkpoint location") \
-        -> tuple[Store, str]:
+def locate(location: str, options: StorageOptions | None = None, what: str = "The checkpoint location",
+           local: Callable[[], Store] | None = None) -> tuple[Store, str]:
     """The store holding ``location`` and the path within it (ConfigError for a scheme
-    the sink cannot write, naming ``what`` and the schemes it can)."""
+    the sink cannot write, naming ``what`` and the schemes it can). ``local`` builds the
+    store of a local path (default: a :class:`~.local.LocalStore` on the process's ``os``)."""
     parsed = urlparse(location)
     scheme = parsed.scheme.lower()
     if scheme in LOCAL or (len(scheme) == 1 and location[1:3] in (":\\", ":/")):  # a Windows drive
         from kafka_eos_ds.storage.local import LocalStore
 
-        return LocalStore(), parsed.path if scheme == "file" else location
+        return (local or LocalStore)(), parsed.path if scheme == "file" else location
     if scheme in HDFS:
         from kafka_eos_ds.storage.hdfs import HdfsStore
 

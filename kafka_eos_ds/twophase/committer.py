@@ -27,6 +27,7 @@ ports with their retry policy (:mod:`.ports`); a failed batch write's message is
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping
 
 from kafka_eos_ds.twophase.aborting import Aborting
@@ -44,6 +45,7 @@ from kafka_eos_ds.twophase.protocol import (
     ProgressStore,
 )
 from kafka_eos_ds.twophase.recovering import Recovering
+from kafka_eos_ds.twophase.runtime import Pool
 from kafka_eos_ds.twophase.steps import Steps
 
 
@@ -84,6 +86,8 @@ class TwoPhaseCommitter:
         the decision is recorded done (the file sink: register the batch's partitions in
         a metastore). It must be idempotent: a restart that finishes the decision runs it
         again, so a crash between the last commit and ``done`` never skips it.
+    sleep, clock, executor : callable, optional
+        The process's: a sink hands in its runtime's (:class:`~.runtime.Runtime`).
     """
 
     def __init__(self, decisions: DecisionLog, participants: Participants, *,
@@ -91,7 +95,8 @@ class TwoPhaseCommitter:
                  parallelism: int = 8, abort_grace_s: float = 3.0, time_needed_s: float = 15.0,
                  streams_share_ids: bool = True, publish: Callable[[Decision], None] | None = None,
                  fences: Fences | None = None, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 executor: Callable[[int], Pool] = ThreadPoolExecutor) -> None:
         self.decisions = decisions
         self.participants = participants
         self.progress_store = progress_store
@@ -104,6 +109,7 @@ class TwoPhaseCommitter:
         self.fences = fences
         self._sleep = sleep
         self._clock = clock
+        self._executor = executor
 
     # The roles are built for each call from the attributes above, which callers read
     # (and tests replace): a role holds no state of its own.
@@ -111,7 +117,7 @@ class TwoPhaseCommitter:
     def _steps(self) -> Steps:
         retry = Retry(self.commit_timeout_s, self._sleep, self._clock)
         ports = Ports(self.decisions, self.participants, self.progress_store, self.fences, self.publish, retry)
-        return Steps(ports, self.parallelism)
+        return Steps(ports, self.parallelism, self._executor)
 
     def _recovering(self, steps: Steps) -> Recovering:
         return Recovering(steps, self.streams_share_ids)

@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kafka_eos_ds.errors import TransactionError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.ports import Ports
 from kafka_eos_ds.twophase.protocol import ABANDONED, DONE, Decision, Instance, Outcome
+from kafka_eos_ds.twophase.runtime import Pool
 
 log = logging.getLogger(__name__)
 
 
 class Steps:
     """The shared steps over ``ports``; ``parallelism``: participants committed or
-    aborted concurrently."""
+    aborted concurrently, in a pool of ``executor`` (:class:`~.runtime.Runtime`)."""
 
-    def __init__(self, ports: Ports, parallelism: int) -> None:
+    def __init__(self, ports: Ports, parallelism: int,
+                 executor: Callable[[int], Pool] = ThreadPoolExecutor) -> None:
         self.ports = ports
         self.parallelism = parallelism
+        self.executor = executor
 
     def fence(self, ids: Sequence[str]) -> None:
         """Abort what is open under ``ids``. With the sink's :class:`~.protocol.Fences`:
@@ -40,7 +43,7 @@ class Steps:
             return
         fences = self.ports.fences
         if fences is None:
-            with ThreadPoolExecutor(min(self.parallelism, len(ids))) as pool:
+            with self.executor(min(self.parallelism, len(ids))) as pool:
                 list(pool.map(self.ports.participants.fence, ids))
             return
         targets = fences.observe(ids)
@@ -54,7 +57,7 @@ class Steps:
         assert fences is not None
         fences.claim(targets)
         faults.check("driver-after-claim")
-        with ThreadPoolExecutor(min(self.parallelism, len(targets))) as pool:
+        with self.executor(min(self.parallelism, len(targets))) as pool:
             list(pool.map(self._abort_exact, targets))
 
     def _abort_exact(self, instance: Instance) -> None:
@@ -87,7 +90,7 @@ class Steps:
         faults.check("driver-after-first-commit", batch=decision.batch_id)
         faults.check("commit-raise", batch=decision.batch_id)
         if rest:
-            with ThreadPoolExecutor(min(self.parallelism, len(rest))) as pool:
+            with self.executor(min(self.parallelism, len(rest))) as pool:
                 outcomes += list(zip(rest, pool.map(commit, rest), strict=True))
         lost = [p for p, outcome in outcomes if outcome is Outcome.LOST]
         if lost:
