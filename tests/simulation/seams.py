@@ -48,7 +48,7 @@ DRIVER_POINT = (CRASH, STALL, SLOW)
 
 
 class VirtualTime:
-    """The ``time`` module as the product's modules use it (time, monotonic, sleep)."""
+    """The virtual clock as the sinks' runtimes hand it out (wall time, monotonic, sleep)."""
 
     def __init__(self, w: World) -> None:
         self._w = w
