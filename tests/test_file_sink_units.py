@@ -12,6 +12,7 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.handles import StagedFile, files_of, handle_of
 from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, _FileWriter, write_files
@@ -134,8 +135,8 @@ def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"
     path = layout.pending(fid, stamp) if where == "pending" else layout.in_progress(fid, stamp)
     path.write_bytes(body)
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       {"pending": layout.relative(layout.pending(fid, stamp)),
-                        "final": layout.relative(layout.final(fid))})
+                       handle_of([StagedFile(layout.relative(layout.final(fid)),
+                                             layout.relative(layout.pending(fid, stamp)))]))
 
 
 def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
@@ -145,7 +146,7 @@ def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
     assert ports.open_ids(QUERY) == [f"{W}/q-1-0-0"]
     assert ports.commit(p) is Outcome.COMMITTED
     assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"rows"
-    assert not (tmp_path / p.handle["pending"]).exists()
+    assert not (tmp_path / files_of(p.handle)[0].pending).exists()
     assert ports.open_ids(QUERY) == []
     assert ports.commit(p) is Outcome.COMMITTED  # pending gone + final present
 
@@ -226,11 +227,18 @@ def test_superseded_names_the_earlier_attempts(tmp_path):
     assert ports.superseded(Participant("", 1, 0, 0)) == ()
 
 
+def test_a_handle_in_the_one_file_form_of_development_builds_is_refused():
+    with pytest.raises(TransactionError, match="development builds before 0.1.0"):
+        files_of({"pending": "_kafka_eos/w/pending/a.parquet", "final": "a.parquet"})
+    assert handle_of([StagedFile("a.parquet", "_kafka_eos/w/pending/a.parquet")]) == {
+        "files": [{"partition": "", "records": 0, "pending": "_kafka_eos/w/pending/a.parquet", "final": "a.parquet"}]}
+
+
 def test_decision_log_is_replaced_atomically(tmp_path):
     layout = Layout(tmp_path)
     log = FileDecisionLog(layout)
     assert log.latest("q:query") is None
-    d = Decision("query", 4, DECIDED, (Participant(f"{W}/q-4-0-0", 0, 0, 3, {"pending": "a", "final": "b"}),))
+    d = Decision("query", 4, DECIDED, (Participant(f"{W}/q-4-0-0", 0, 0, 3, handle_of([StagedFile("b", "a")])),))
     log.write("q:query", d)
     assert log.latest("q:query") == d and log.latest("q:other") is None
     assert log.unfinished("q") == [("q:query", d)]
@@ -284,10 +292,11 @@ def test_task_writes_in_progress_then_pre_commits_to_pending(tmp_path, fmt):
     msg = write_files(cfg, task("query-1", 3), DoneMark(), _batches(10), None)
     w = writer_dir("q:query-1")
     assert isinstance(msg, FileCommitMessage) and msg.records == 10 and msg.file_id == f"{w}/query1-3-0-0"
-    assert re.fullmatch(rf"_kafka_eos/{w}/pending/query1-3-0-0\.[0-9a-f]{{8}}\.{fmt}", msg.pending)
-    assert msg.final == f"part-00003-00000-query1.{fmt}"
+    [file] = files_of(msg.participant().handle)
+    assert re.fullmatch(rf"_kafka_eos/{w}/pending/query1-3-0-0\.[0-9a-f]{{8}}\.{fmt}", file.pending)
+    assert file.final == f"part-00003-00000-query1.{fmt}"
     assert list((cfg.layout.writer(w) / "in-progress").iterdir()) == []
-    staged = tmp_path / msg.pending
+    staged = tmp_path / file.pending
     if fmt == "parquet":
         assert pq.read_table(staged).column("id").to_pylist() == list(range(10))
     else:
@@ -299,7 +308,7 @@ def test_empty_task_creates_no_file_and_covered_batch_writes_nothing(tmp_path):
     cfg = FileSinkConfig.from_options({"path": str(tmp_path)})
     assert write_files(cfg, task("query", 1), DoneMark(), [], None).records == 0
     skipped = write_files(cfg, task("query", 1), DoneMark("query", 1), _batches(4), None)
-    assert skipped.records == 0 and skipped.pending == ""
+    assert skipped.records == 0 and skipped.files == ()
     assert FileParticipants(cfg.layout).open_ids(QUERY) == []
 
 

@@ -12,6 +12,7 @@ import pytest
 from kafka_eos_ds.errors import StorageError, TransactionError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
+from kafka_eos_ds.filesink.handles import StagedFile, handle_of
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
@@ -35,8 +36,8 @@ def _stage(layout: Layout, fid: FileId, stamp: str = "5ea1ed00") -> Participant:
     layout.ensure(fid.writer)
     layout.pending(fid, stamp).write_bytes(b"rows")
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       {"pending": layout.relative(layout.pending(fid, stamp)),
-                        "final": layout.relative(layout.final(fid))})
+                       handle_of([StagedFile(layout.relative(layout.final(fid)),
+                                             layout.relative(layout.pending(fid, stamp)))]))
 
 
 class AnswerLostOnce(LocalStore):

@@ -6,14 +6,15 @@ file is ``{"pending": ..., "final": ...}`` (paths relative to the table's root);
 ``{"key": ..., "upload": ..., "parts": [[number, etag], ...], "tag": ...}`` (the upload
 at its final key, and the tag that tells the object it becomes from any other). Both
 carry ``partition`` (the directory, '' unpartitioned) and ``records``. A handle holds
-``{"files": [...]}``; an unpartitioned task on a renaming store keeps the one-file form
-``{"pending": ..., "final": ...}`` that earlier versions recorded.
+``{"files": [...]}``, whatever the store and however many files.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from kafka_eos_ds.errors import TransactionError
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,19 @@ class StagedFile:
 
 
 def handle_of(files: list[StagedFile]) -> dict[str, Any]:
-    if len(files) == 1 and not files[0].upload and not files[0].partition:
-        return {"pending": files[0].pending, "final": files[0].final}
     return {"files": [f.to_json() for f in files]}
 
 
 def files_of(handle: Mapping[str, Any] | None) -> list[StagedFile]:
     if not handle:
         return []
-    if "files" in handle:
-        return [StagedFile.from_json(f) for f in handle["files"]]
-    return [StagedFile(str(handle["final"]), str(handle["pending"]))]
+    if "files" not in handle:
+        # The one-file form of development builds before 0.1.0: refused, never guessed at.
+        raise TransactionError(f"A decision of this table names its files as {dict(handle)}, a form only development "
+                               "builds before 0.1.0 wrote; this version reads {'files': [...]} only. Finish that "
+                               "write with the build that made it, or delete its writer's directory under "
+                               "'_kafka_eos' once its pending files are dealt with.")
+    return [StagedFile.from_json(f) for f in handle["files"]]
 
 
 def partitions_of(handles: list[Mapping[str, Any]]) -> list[str]:

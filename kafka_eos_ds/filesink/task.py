@@ -48,23 +48,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class FileCommitMessage(WriterCommitMessage):
-    """One task's pre-committed files (``records`` 0: no file). ``pending``/``final``: the
-    one file of an unpartitioned task on a store that renames; ``files``: otherwise
-    (:mod:`.handles`)."""
+    """One task's pre-committed files (``records`` 0: no file; :mod:`.handles`)."""
 
     write: WriteId
     file_id: str
     partition: int
     attempt: int
     records: int
-    pending: str = ""  # relative to the sink directory
-    final: str = ""
     files: tuple[dict[str, Any], ...] = ()
     read: int | None = None  # the writer's decision number read before staging (module docstring)
 
     def participant(self) -> Participant:
-        handle: dict[str, Any] = {"files": list(self.files)} if self.files else {"pending": self.pending,
-                                                                                   "final": self.final}
+        handle: dict[str, Any] = {"files": list(self.files)}
         if self.read is not None:
             handle["read"] = self.read
         return Participant(self.file_id, self.partition, self.attempt, self.records, handle)
@@ -86,12 +81,8 @@ def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Itera
     records = run_task(files, items, task)
     if records == 0:
         return empty
-    handle = handle_of(files.staged())
-    if "files" in handle:
-        return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, files=tuple(handle["files"]),
-                                 read=files.read)
-    return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, handle["pending"],
-                             handle["final"], read=files.read)
+    return FileCommitMessage(task.write, pid, task.partition, task.attempt, records,
+                             tuple(handle_of(files.staged())["files"]), read=files.read)
 
 
 class TaskFiles:

@@ -6,8 +6,7 @@ key of :mod:`kafka_eos_ds.twophase.identity`: ``q:<query id>`` for a stream,
 valued ``{"queryId", "batchId", "state": "decided"|"done"|"abandoned", "transactions":
 [...]}``. Kept in Kafka (not in the checkpoint) so it works for any checkpoint file
 system and survives the loss of the checkpoint. Compaction keeps the latest record per
-writer; a finished job's key is deleted (a tombstone). A record keyed by the bare prefix
-is a stream's decision written before keys named the writer.
+writer; a finished job's key is deleted (a tombstone).
 
 The reader reads backwards from the end in small windows, so a busy shared topic costs
 a window, not a scan. All of a prefix's records live in one partition: the first goes
@@ -264,12 +263,12 @@ class KafkaDecisionLog:
     def latest(self, key: str) -> Decision | None:
         wanted = self._record_key(key)
         # A tombstone of the key ends the search: the writer was forgotten.
-        found = self._search(lambda k, d: k == wanted or (k == self._legacy and _legacy_of(key, d)))
+        found = self._search(lambda k, d: k == wanted)
         return found[1] if found else None
 
     def latest_of(self, kind: str) -> Decision | None:
         head = self._record_key(kind + ":")
-        found = self._search(lambda k, d: d is not None and (k.startswith(head) or (k == self._legacy and kind == "q")))
+        found = self._search(lambda k, d: d is not None and k.startswith(head))
         return found[1] if found else None
 
     def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
@@ -287,10 +286,6 @@ class KafkaDecisionLog:
 
     def _record_key(self, key: str) -> bytes:
         return f"{self.prefix}|{key}".encode()
-
-    @property
-    def _legacy(self) -> bytes:
-        return self.prefix.encode()
 
     def _locate(self) -> int:
         if self._partition is None:
@@ -323,7 +318,7 @@ class KafkaDecisionLog:
                     for _offset, record_key, value, ts in reversed(self._read_window(partition, start, end)):
                         if since_ms is not None and 0 <= ts < since_ms:
                             return None
-                        if record_key != self._legacy and not record_key.startswith(mine):
+                        if not record_key.startswith(mine):
                             continue
                         pinned = True
                         self._partition = partition
@@ -504,12 +499,6 @@ class LogClients:
         from confluent_kafka import Consumer
 
         return Consumer(dict(conf))
-
-
-def _legacy_of(key: str, decision: Decision | None) -> bool:
-    """Whether a record keyed by the bare prefix (a stream's, written before keys named the
-    writer) is ``key``'s."""
-    return decision is not None and key == f"q:{decision.query_id}"
 
 
 def reader_group(prefix: str) -> str:

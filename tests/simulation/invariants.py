@@ -284,7 +284,7 @@ class Oracle:
             return
         decision = newest_file_decision(pending.parent)
         rel = Path(src).relative_to(root).as_posix()
-        if decision is None or not any(p.handle.get("pending") == rel for p in decision.participants):
+        if decision is None or not any(f.pending == rel for p in decision.participants for f in files_of(p.handle)):
             self.fail("commit-without-decision", f"{rel} renamed to its final name, but its writer's newest decision "
                                                  f"does not name it ({decision.state.value if decision else 'none'})")
 
