@@ -15,6 +15,7 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.sink import kafka_sink
 from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
 from tests.sink_fakes import kafka_runtime
@@ -105,7 +106,7 @@ def test_ids_the_coordinators_know_refuse_the_adoption(driver, tmp_path):
 def test_a_prefix_another_stream_decided_on_is_not_adopted(driver, tmp_path):
     """Another query's decision (an unfinished one: its decided transactions would be fenced
     as leftovers) stays that query's: this one needs a prefix of its own."""
-    other = Decision("q0", 3, DECIDED, (Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 1}),))
+    other = Decision("q0", 3, DECIDED, (Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 1)),))
     driver["log"].records.append(("q:q0", other))
     with pytest.raises(TransactionError, match=r"query q0 decided batch 3.*'transactionalIdPrefix' of its own"):
         _prepare(driver, _checkpoint(tmp_path, 5), adoptCheckpoint="true")
@@ -136,5 +137,5 @@ def test_an_adopted_batch_is_the_queries_own_decision_for_the_next_commit(driver
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "unfit", lambda self, parts, needed: None)
     config = SinkConfig.from_options({**OPTS, "checkpointLocation": checkpoint, "adoptCheckpoint": "true"}, SCHEMA)
     kafka_sink.KafkaSink(config, commit_timeout_s=5, runtime=driver["runtime"]).commit(
-        WriteId(Kind.STREAM, "q1", 6), [Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 1})])
+        WriteId(Kind.STREAM, "q1", 6), [Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 1))])
     assert [(d.batch_id, d.state) for _, d in driver["log"].records] == [(5, DONE), (6, DECIDED), (6, DONE)]

@@ -47,11 +47,13 @@ def test_an_app_write_that_no_task_reported_fences_its_apps_ids(fenced):
 def test_an_app_writes_abort_keeps_the_transactions_of_its_decided_write(fenced):
     """An earlier version of the app decided and not finished: its transaction is the next
     write's to commit, never an abort's to fence."""
+    from kafka_eos_ds.sink.messages import KafkaHandle
     from kafka_eos_ds.twophase.protocol import DECIDED, Decision, Participant
 
     ids, app, _job, runtime, logs = fenced
     log = _fence_free(FakeLog())
-    log.records.append((app.key, Decision("orders", 2, DECIDED, (Participant(f"etl:{app.family}-0-0", 0, 0, 5),))))
+    log.records.append((app.key, Decision("orders", 2, DECIDED, (Participant(f"etl:{app.family}-0-0", 0, 0, 5,
+                                                                                  KafkaHandle(7, 3)),))))
     logs.append(log)
     sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=runtime)
     sink.abort(None, [], WriteSpec(False, job="j1", app="orders", version=3))

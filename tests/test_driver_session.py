@@ -8,6 +8,7 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.driver_session import ClientSessions, fingerprint
 from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Outcome, Participant
 from kafka_eos_ds.twophase.identity import Kind, WriteId
 from tests.sink_fakes import kafka_runtime
@@ -243,7 +244,7 @@ def driver(monkeypatch):
 
 
 def _participant(partition=0):
-    return Participant(f"etl-{partition}-0", partition, 0, 5, {"producer_id": 7, "epoch": 3})
+    return Participant(f"etl-{partition}-0", partition, 0, 5, KafkaHandle(7, 3))
 
 
 def test_driver_steps_of_one_process_share_their_clients_but_fence_the_decision_writer_each(driver):

@@ -16,7 +16,7 @@ from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.handles import StagedFile, files_of, handle_of
+from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.filesink.metastore import Metastore
 from kafka_eos_ds.filesink.participants import FileParticipants
@@ -35,7 +35,7 @@ def _staged(layout: Layout, batch: int = 1) -> Participant:
     pending = layout.pending(fid, "5ea1ed00")
     pending.write_bytes(b"rows")
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       handle_of([StagedFile(layout.relative(layout.final(fid)), layout.relative(pending))]))
+                       StagedFiles((StagedFile(layout.relative(layout.final(fid)), layout.relative(pending)),)))
 
 
 # -- a crash between the link and the unlink of a local move ----------------------
@@ -45,7 +45,7 @@ def test_a_commit_interrupted_between_link_and_unlink_is_finished_by_the_recommi
     and the final name on one file. The re-commit finishes the move."""
     layout = Layout(tmp_path)
     p = _staged(layout)
-    [staged] = files_of(p.handle)
+    [staged] = p.handle.files
     pending, final = layout.resolve(staged.pending), layout.resolve(staged.final)
     os.link(pending, final)  # the crash struck here
     assert FileParticipants(layout).commit(p) is Outcome.COMMITTED

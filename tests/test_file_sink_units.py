@@ -12,7 +12,7 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.handles import StagedFile, files_of, handle_of
+from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
 from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.task import FileCommitMessage, _FileWriter, write_files
@@ -135,8 +135,8 @@ def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"
     path = layout.pending(fid, stamp) if where == "pending" else layout.in_progress(fid, stamp)
     path.write_bytes(body)
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       handle_of([StagedFile(layout.relative(layout.final(fid)),
-                                             layout.relative(layout.pending(fid, stamp)))]))
+                       StagedFiles((StagedFile(layout.relative(layout.final(fid)),
+                                               layout.relative(layout.pending(fid, stamp))),)))
 
 
 def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
@@ -146,7 +146,7 @@ def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
     assert ports.open_ids(QUERY) == [f"{W}/q-1-0-0"]
     assert ports.commit(p) is Outcome.COMMITTED
     assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"rows"
-    assert not (tmp_path / files_of(p.handle)[0].pending).exists()
+    assert not (tmp_path / p.handle.files[0].pending).exists()
     assert ports.open_ids(QUERY) == []
     assert ports.commit(p) is Outcome.COMMITTED  # pending gone + final present
 
@@ -223,14 +223,14 @@ def test_fence_deletes_in_progress_and_pending_of_that_id_only(tmp_path):
 
 def test_superseded_names_the_earlier_attempts(tmp_path):
     ports = FileParticipants(Layout(tmp_path))
-    assert ports.superseded(Participant(f"{W}/q-3-1-2", 1, 2, 5)) == [f"{W}/q-3-1-0", f"{W}/q-3-1-1"]
-    assert ports.superseded(Participant("", 1, 0, 0)) == ()
+    assert ports.superseded(Participant(f"{W}/q-3-1-2", 1, 2, 5, StagedFiles())) == [f"{W}/q-3-1-0", f"{W}/q-3-1-1"]
+    assert ports.superseded(Participant("", 1, 0, 0, StagedFiles())) == ()
 
 
 def test_a_handle_in_the_one_file_form_of_development_builds_is_refused():
     with pytest.raises(TransactionError, match="development builds before 0.1.0"):
-        files_of({"pending": "_kafka_eos/w/pending/a.parquet", "final": "a.parquet"})
-    assert handle_of([StagedFile("a.parquet", "_kafka_eos/w/pending/a.parquet")]) == {
+        StagedFiles.from_json({"pending": "_kafka_eos/w/pending/a.parquet", "final": "a.parquet"})
+    assert StagedFiles((StagedFile("a.parquet", "_kafka_eos/w/pending/a.parquet"),)).to_json() == {
         "files": [{"partition": "", "records": 0, "pending": "_kafka_eos/w/pending/a.parquet", "final": "a.parquet"}]}
 
 
@@ -238,7 +238,7 @@ def test_decision_log_is_replaced_atomically(tmp_path):
     layout = Layout(tmp_path)
     log = FileDecisionLog(layout)
     assert log.latest("q:query") is None
-    d = Decision("query", 4, DECIDED, (Participant(f"{W}/q-4-0-0", 0, 0, 3, handle_of([StagedFile("b", "a")])),))
+    d = Decision("query", 4, DECIDED, (Participant(f"{W}/q-4-0-0", 0, 0, 3, StagedFiles((StagedFile("b", "a"),))),))
     log.write("q:query", d)
     assert log.latest("q:query") == d and log.latest("q:other") is None
     assert log.unfinished("q") == [("q:query", d)]
@@ -292,7 +292,7 @@ def test_task_writes_in_progress_then_pre_commits_to_pending(tmp_path, fmt):
     msg = write_files(cfg, task("query-1", 3), DoneMark(), _batches(10), None)
     w = writer_dir("q:query-1")
     assert isinstance(msg, FileCommitMessage) and msg.records == 10 and msg.file_id == f"{w}/query1-3-0-0"
-    [file] = files_of(msg.participant().handle)
+    [file] = msg.participant().handle.files
     assert re.fullmatch(rf"_kafka_eos/{w}/pending/query1-3-0-0\.[0-9a-f]{{8}}\.{fmt}", file.pending)
     assert file.final == f"part-00003-00000-query1.{fmt}"
     assert list((cfg.layout.writer(w) / "in-progress").iterdir()) == []

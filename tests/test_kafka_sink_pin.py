@@ -16,7 +16,7 @@ import pytest
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.sink import kafka_sink
 from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.messages import KafkaCommitMessage, TransactionHandle
+from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle
 from kafka_eos_ds.twophase import Kind, Outcome, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
 from kafka_eos_ds.twophase.runtime import register, unregister
@@ -152,16 +152,15 @@ def test_every_task_carries_the_planners_position_to_the_commit(driver, tmp_path
     empty = sink.write(Task(STREAM, 1, 0), DoneMark(), iter([]))
     for message in (decided, empty):
         assert isinstance(message, KafkaCommitMessage)
-        stored = Participant.from_json(json.loads(json.dumps(message.participant().to_json())))
-        assert TransactionHandle.of(stored).read == 7
-    assert TransactionHandle.from_json({"producer_id": 1, "epoch": 0}).read is None  # an older task's
+        stored = Participant.from_json(json.loads(json.dumps(message.participant().to_json())), KafkaHandle.from_json)
+        assert stored.handle.read == 7
+    assert KafkaHandle.from_json({"producer_id": 1, "epoch": 0}).read is None  # an older task's
 
 
 # -- the commit refuses a write whose writer was claimed since ----------------------
 
 def _participant(read=None):
-    handle = {"producer_id": 7, "epoch": 1, **({"read": read} if read is not None else {})}
-    return Participant("etl-0-0", 0, 0, 5, handle)
+    return Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 1, read=read))
 
 
 def test_a_commit_refuses_undecided_a_write_whose_writer_was_claimed_since_it_was_planned(driver, tmp_path):

@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.handles import FileCommitter, FileParticipant, StagedFiles
 from kafka_eos_ds.filesink.layout import writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
@@ -35,7 +36,7 @@ from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import RenameStore, Store
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
-from kafka_eos_ds.twophase.protocol import DoneMark, Participant, Participants
+from kafka_eos_ds.twophase.protocol import DoneMark, Participants
 from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
@@ -94,10 +95,10 @@ class FileSink:
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
         return write_files(self.config, task, mark, items, self.schema, self.read, self.runtime)
 
-    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[FileParticipant | None]) -> None:
         # Each task's number was read before its files were staged (by the planner, or by
         # the task itself): the lowest was read before any file of the write.
-        read = min((p.handle["read"] for p in participants if p is not None and "read" in p.handle), default=None)
+        read = min((p.handle.read for p in participants if p is not None and p.handle.read is not None), default=None)
         pinned = {writer_dir(write.key): int(read)} if read is not None else {}
         committer = self._committer(FileDecisionLog(self.config.layout, self.store(), pinned))
         progress, first = None, False
@@ -109,7 +110,7 @@ class FileSink:
         if first:  # the query's first batch on the table is done: it has taken the table over
             clean_superseded(committer, self.config.layout, self.store(), write.app, progress)
 
-    def _register_partitions(self, write: WriteId, participants: Sequence[Participant]) -> None:
+    def _register_partitions(self, write: WriteId, participants: Sequence[FileParticipant]) -> None:
         """The batch's partitions in the metastore before its decision: a refusal then
         refuses the batch undecided (Spark aborts it), never one whose files are final."""
         try:
@@ -125,7 +126,7 @@ class FileSink:
                                    "(docs/troubleshooting.md, \"Batch N was not committed: the Hive metastore refused "
                                    "its partitions\").") from exc
 
-    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
+    def abort(self, write: WriteId | None, participants: Sequence[FileParticipant | None],
               spec: WriteSpec) -> None:
         fallback = None if spec.streaming else WriteId(Kind.JOB, spec.job or "", 0, job=spec.job)
         self._committer().abort(write, participants, fallback)
@@ -138,12 +139,12 @@ class FileSink:
         return retrying(call, failure, self.config.commit_timeout_s, then=NOTHING_DECIDED, sleep=self.runtime.sleep,
                         clock=self.runtime.clock)
 
-    def _committer(self, decisions: FileDecisionLog | None = None) -> TwoPhaseCommitter:
+    def _committer(self, decisions: FileDecisionLog | None = None) -> FileCommitter:
         """One driver step's committer; its decision log (one per step) also guards every
         deletion of a staged file (FileDecisionLog.claim)."""
         layout, store, rt = self.config.layout, self.store(), self.runtime
         decisions = decisions or FileDecisionLog(layout, store)
-        participants: Participants
+        participants: Participants[StagedFiles]
         if store.renames:
             participants = FileParticipants(layout, cast(RenameStore, store), decisions)
         else:
@@ -159,7 +160,7 @@ class FileSink:
                                  progress_store=RecordedProgress(), sleep=rt.sleep, clock=rt.clock,
                                  executor=rt.executor)
 
-    def _finish_other_streams(self, committer: TwoPhaseCommitter, query: str) -> None:
+    def _finish_other_streams(self, committer: FileCommitter, query: str) -> None:
         """A new query's first batch: commit, once, what the table's other streams decided
         and never recorded done (:mod:`.takeover`)."""
         finish_other_streams(committer, self.config.layout, self.store(), query)

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from kafka_eos_ds.errors import StorageError
 from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.handles import partitions_of
+from kafka_eos_ds.filesink.handles import FileDecision, FileParticipant, partitions_of
 from kafka_eos_ds.filesink.metastore import Metastore
-from kafka_eos_ds.twophase.protocol import Decision, Participant
 
 if TYPE_CHECKING:
     from kafka_eos_ds.storage import RenameStore, Store
@@ -33,14 +32,14 @@ def metastore_of(config: FileSinkConfig) -> Metastore | None:
     return Metastore(table.database, table.name, table.uris, config.uri) if table is not None else None
 
 
-def publisher(config: FileSinkConfig, store: Store) -> Callable[[Decision], None] | None:
+def publisher(config: FileSinkConfig, store: Store) -> Callable[[FileDecision], None] | None:
     """The publish step of the sink's committer (None: nothing to announce); ``store``
     holds the table (the sink's)."""
     metastore = metastore_of(config)
     if metastore is None and not config.success_file:
         return None
 
-    def publish(decision: Decision) -> None:
+    def publish(decision: FileDecision) -> None:
         directories = _directories(decision.participants)
         if config.success_file:
             layout = config.layout
@@ -61,7 +60,7 @@ def prepare_table(config: FileSinkConfig, schema: Any) -> None:
         metastore.ensure_table(schema, config.partitioning)
 
 
-def register_partitions(config: FileSinkConfig, store: Store, participants: Sequence[Participant]) -> None:
+def register_partitions(config: FileSinkConfig, store: Store, participants: Sequence[FileParticipant]) -> None:
     """Before a batch's decision: the partitions its files go into, registered. A partition
     the metastore refuses (a name pattern, a value too long for its database) refuses the
     batch while nothing of it is decided or final; once decided, a refusal would leave its
@@ -88,5 +87,5 @@ def register_partitions(config: FileSinkConfig, store: Store, participants: Sequ
     metastore.register(directories)
 
 
-def _directories(participants: Sequence[Participant]) -> list[str]:
-    return partitions_of([p.handle for p in participants if p.records])
+def _directories(participants: Sequence[FileParticipant]) -> list[str]:
+    return partitions_of([p for p in participants if p.records])

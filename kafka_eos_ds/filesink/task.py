@@ -32,7 +32,7 @@ from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.encoding import FileEncoder, record_batches
-from kafka_eos_ds.filesink.handles import StagedFile, handle_of
+from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile, StagedFiles
 from kafka_eos_ds.filesink.layout import FileId
 from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
 from kafka_eos_ds.storage import RenameStore
@@ -55,14 +55,11 @@ class FileCommitMessage(WriterCommitMessage):
     partition: int
     attempt: int
     records: int
-    files: tuple[dict[str, Any], ...] = ()
+    files: tuple[StagedFile, ...] = ()
     read: int | None = None  # the writer's decision number read before staging (module docstring)
 
-    def participant(self) -> Participant:
-        handle: dict[str, Any] = {"files": list(self.files)}
-        if self.read is not None:
-            handle["read"] = self.read
-        return Participant(self.file_id, self.partition, self.attempt, self.records, handle)
+    def participant(self) -> FileParticipant:
+        return Participant(self.file_id, self.partition, self.attempt, self.records, StagedFiles(self.files, self.read))
 
 
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
@@ -82,7 +79,7 @@ def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Itera
     if records == 0:
         return empty
     return FileCommitMessage(task.write, pid, task.partition, task.attempt, records,
-                             tuple(handle_of(files.staged())["files"]), read=files.read)
+                             tuple(files.staged()), read=files.read)
 
 
 class TaskFiles:

@@ -46,10 +46,13 @@ from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
+# The Kafka sink's decisions: their participants are transactions.
+KafkaDecision = Decision[KafkaHandle]
 WRITE_TIMEOUT_S = 60.0  # how long a decision write may take (its commit_transaction)
 _WINDOW = 256
 # A decision write is one record and a commit. Short, so that a writer that dies in the
@@ -197,7 +200,7 @@ class KafkaDecisionLog:
                 "Restarting the query runs it again.", retriable=False)
         self._produce(f"fence:{self.writer}", None, None)
 
-    def write(self, key: str, decision: Decision) -> None:
+    def write(self, key: str, decision: KafkaDecision) -> None:
         value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
         # A batch without output stores its progress (sourceGroupId's offsets) with its done
         # record, in this writer's transaction: a plain OffsetCommit would let a driver whose
@@ -260,23 +263,23 @@ class KafkaDecisionLog:
 
     # -- read ---------------------------------------------------------------
 
-    def latest(self, key: str) -> Decision | None:
+    def latest(self, key: str) -> KafkaDecision | None:
         wanted = self._record_key(key)
         # A tombstone of the key ends the search: the writer was forgotten.
         found = self._search(lambda k, d: k == wanted)
         return found[1] if found else None
 
-    def latest_of(self, kind: str) -> Decision | None:
+    def latest_of(self, kind: str) -> KafkaDecision | None:
         head = self._record_key(kind + ":")
         found = self._search(lambda k, d: d is not None and k.startswith(head))
         return found[1] if found else None
 
-    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+    def unfinished(self, kind: str) -> list[tuple[str, KafkaDecision]]:
         head = self._record_key(kind + ":")
-        seen: dict[bytes, Decision | None] = {}
+        seen: dict[bytes, KafkaDecision | None] = {}
         horizon_ms = (self._wall() - JOB_HORIZON_S) * 1000
 
-        def collect(record_key: bytes, decision: Decision | None) -> bool:
+        def collect(record_key: bytes, decision: KafkaDecision | None) -> bool:
             if record_key.startswith(head):
                 seen.setdefault(record_key, decision)  # the first seen (backwards) is the latest
             return False
@@ -293,8 +296,8 @@ class KafkaDecisionLog:
         assert self._partition is not None
         return self._partition
 
-    def _search(self, want: Callable[[bytes, Decision | None], bool], *, since_ms: float | None = None,
-                pin_only: bool = False) -> tuple[bytes, Decision | None] | None:
+    def _search(self, want: Callable[[bytes, KafkaDecision | None], bool], *, since_ms: float | None = None,
+                pin_only: bool = False) -> tuple[bytes, KafkaDecision | None] | None:
         """The latest record of this prefix that ``want(record_key, decision)`` accepts
         (``decision`` None: a tombstone, the writer forgotten), reading backwards, and no
         further back than ``since_ms`` if given:
@@ -309,7 +312,7 @@ class KafkaDecisionLog:
         order += [p for p in range(partitions) if p not in order]
         mine = self._record_key("")
 
-        def search() -> tuple[bytes, Decision | None] | None:
+        def search() -> tuple[bytes, KafkaDecision | None] | None:
             for partition in order:
                 low, end = self._settled_range(partition)
                 pinned = False
@@ -333,7 +336,7 @@ class KafkaDecisionLog:
             self._partition = hashed
             return None
 
-        found: tuple[bytes, Decision | None] | None = self._reading(search)
+        found: tuple[bytes, KafkaDecision | None] | None = self._reading(search)
         return found
 
     def position(self) -> int:
@@ -377,9 +380,9 @@ class KafkaDecisionLog:
             self._doubt = exc
             raise
 
-    def _decode(self, record_key: bytes, value: bytes) -> Decision:
+    def _decode(self, record_key: bytes, value: bytes) -> KafkaDecision:
         try:
-            return Decision.from_json(json.loads(value))
+            return Decision.from_json(json.loads(value), KafkaHandle.from_json)
         except (ValueError, KeyError) as exc:
             raise ConfigError(f"The commit-log topic '{self.topic}' holds a record for '{record_key!r}' that is not "
                               f"a kafka_eos decision ({exc}); option 'commitLogTopic' must name a topic used only "

@@ -23,8 +23,8 @@ from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.driver_session import fingerprint
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-from kafka_eos_ds.sink.messages import KafkaCommitMessage, TransactionHandle
+from kafka_eos_ds.sink.decision_log import KafkaDecision, KafkaDecisionLog
+from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle, KafkaParticipant
 from kafka_eos_ds.sink.metadata import cluster_metadata
 from kafka_eos_ds.sink.participants import (
     MIN_COMMIT_TIMEOUT_MS,
@@ -37,12 +37,15 @@ from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
-from kafka_eos_ds.twophase.protocol import DONE, Decision, DoneMark, Participant
+from kafka_eos_ds.twophase.protocol import DONE, Decision, DoneMark
 from kafka_eos_ds.twophase.recovery import check_checkpoint
 from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
 log = logging.getLogger(__name__)
+
+# The committer over the sink's ports: its participants are transactions.
+KafkaCommitter = TwoPhaseCommitter[KafkaHandle]
 
 
 class KafkaSink:
@@ -116,7 +119,7 @@ class KafkaSink:
 
     # -- driver -------------------------------------------------------------------
 
-    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[KafkaParticipant | None]) -> None:
         if not self.config.exactly_once:
             return
         progress = self._progress(write)
@@ -124,7 +127,7 @@ class KafkaSink:
             self._check_pinned(cast(KafkaDecisionLog, committer.decisions), write, participants)
             committer.commit(write, participants, progress)
 
-    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
+    def abort(self, write: WriteId | None, participants: Sequence[KafkaParticipant | None],
               spec: WriteSpec) -> None:
         if not self.config.exactly_once:
             return
@@ -146,7 +149,7 @@ class KafkaSink:
         return position
 
     def _check_pinned(self, decisions: KafkaDecisionLog, write: WriteId,
-                      participants: Sequence[Participant | None]) -> None:
+                      participants: Sequence[KafkaParticipant | None]) -> None:
         """Refuse the write undecided if another driver step claimed its decision writer
         after the write's planner (a driver presumed dead that came back, or a second
         query on the prefix): that step may have observed the write's open transactions
@@ -156,8 +159,8 @@ class KafkaSink:
         before the planner's position observed nothing of the write: its tasks began their
         transactions after it."""
         # Every task of the write got the same position; the lowest is the safe one.
-        read = min((r for r in (TransactionHandle.of(p).read for p in participants if p is not None)
-                    if r is not None), default=None)
+        read = min((p.handle.read for p in participants if p is not None and p.handle.read is not None),
+                   default=None)
         if read is None:  # tasks of an older version
             return
         if self._retry(lambda: decisions.claimed_since(read), "Could not read the sink's decisions"):
@@ -184,7 +187,7 @@ class KafkaSink:
         """The streaming query's id from its checkpoint (None where it cannot be read)."""
         return self._retry(checkpoint.query_id, "Could not read the checkpoint") if checkpoint is not None else None
 
-    def _require_decisions(self, committer: TwoPhaseCommitter, write: WriteId, checkpoint: Checkpoint) -> None:
+    def _require_decisions(self, committer: KafkaCommitter, write: WriteId, checkpoint: Checkpoint) -> None:
         """Fail when the checkpoint has committed batches but the commit log has no decision
         of this query: the log was deleted or re-created (or the options naming it
         changed), and recovery would take decided batches for undecided ones and write
@@ -212,7 +215,7 @@ class KafkaSink:
             "the last batch's transactions were decided. See docs/troubleshooting.md, \"The commit log lost its "
             "decisions\".", retriable=False)
 
-    def _adopt(self, committer: TwoPhaseCommitter, write: WriteId, checkpoint: Checkpoint, committed: int) -> None:
+    def _adopt(self, committer: KafkaCommitter, write: WriteId, checkpoint: Checkpoint, committed: int) -> None:
         """Record the checkpoint's latest committed batch done, before any task writes: the
         next batch is then this query's first decision (docs/dev/decisions.md, "Adopting a
         checkpoint"). Refused where the sink sees that an exactly-once writer was here: a
@@ -240,11 +243,11 @@ class KafkaSink:
         log.warning("adopting checkpoint %s: its batches up to %s (written by another sink) are recorded done; "
                     "query %s writes exactly once from batch %s on", checkpoint.location, committed, write.app,
                     committed + 1)
-        adopted = Decision(write.app, committed, DONE)
+        adopted: KafkaDecision = Decision(write.app, committed, DONE)
         self._retry(lambda: committer.decisions.write(write.key, adopted), "Could not record the adopted checkpoint")
 
     @contextlib.contextmanager
-    def _committer(self, write: WriteId, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
+    def _committer(self, write: WriteId, metadata: Any = None) -> Iterator[KafkaCommitter]:
         cfg, rt = self.config, self.runtime
         prefix = cfg.prefix or ""
         # The coordinator client is the process's, kept from its earlier steps (closed if

@@ -56,7 +56,10 @@ def current_task(spec: WriteSpec) -> Task:
 
 
 class Sink(Protocol):
-    """What one sink does at each step of a write (composed into the writers below)."""
+    """What one sink does at each step of a write (composed into the writers below).
+
+    Spark hands the tasks' messages back untyped, so the participants reach ``commit`` and
+    ``abort`` as ``Participant[Any]``: each holds the handle its sink's message built."""
 
     @property
     def runtime(self) -> Runtime:
@@ -73,22 +76,22 @@ class Sink(Protocol):
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
         """On an executor: one task's participant, pre-committed."""
 
-    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[Participant[Any] | None]) -> None:
         """On the driver: decide and commit the write."""
 
-    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
+    def abort(self, write: WriteId | None, participants: Sequence[Participant[Any] | None],
               spec: WriteSpec) -> None:
         """On the driver: fence what an undecided write left (``write`` None: no task reported)."""
 
 
 def messages_of(messages: Sequence[WriterCommitMessage | None], message_type: type,
-                batch_id: int | None = None) -> tuple[WriteId | None, list[Participant | None]]:
+                batch_id: int | None = None) -> tuple[WriteId | None, list[Participant[Any] | None]]:
     """The write the tasks ran for and their participants (failed slots as None).
 
     Every task of one write reports the same identity; a stream's must be the batch Spark
     commits. Anything else means the write's identity is not what the driver thinks, and
     committing it could commit the wrong thing: it fails loudly."""
-    msgs = [cast(CommitMessage, m) for m in messages if isinstance(m, message_type)]
+    msgs = [cast("CommitMessage[Any]", m) for m in messages if isinstance(m, message_type)]
     writes = {m.write for m in msgs}
     if len(writes) > 1:
         raise TransactionError(f"The tasks of one write reported different identities ({sorted(map(str, writes))}); "
@@ -97,7 +100,8 @@ def messages_of(messages: Sequence[WriterCommitMessage | None], message_type: ty
     if write is not None and batch_id is not None and write.version != int(batch_id):
         raise TransactionError(f"Spark commits batch {batch_id} but its tasks wrote batch {write.version}; "
                                "nothing was committed.", retriable=False)
-    return write, [cast(CommitMessage, m).participant() if isinstance(m, message_type) else None for m in messages]
+    return write, [cast("CommitMessage[Any]", m).participant() if isinstance(m, message_type) else None
+                   for m in messages]
 
 
 class SinkDataSource(DataSource):
