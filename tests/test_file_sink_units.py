@@ -15,7 +15,8 @@ from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
 from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
-from kafka_eos_ds.filesink.task import FileCommitMessage, _FileWriter, write_files
+from kafka_eos_ds.filesink.staging import RenameFile
+from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.twophase import (
     DECIDED,
     DONE,
@@ -194,14 +195,14 @@ def test_a_zombie_of_the_same_id_never_touches_the_live_attempts_files(tmp_path)
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    live = _FileWriter("parquet", layout.in_progress(fid, "11111111"), layout.pending(fid, "11111111"), None)
+    live = RenameFile("parquet", layout.in_progress(fid, "11111111"), layout.pending(fid, "11111111"), None)
     live.write_all(_batches(4))
     live.pre_commit()
-    zombie = _FileWriter("parquet", layout.in_progress(fid, "22222222"), layout.pending(fid, "22222222"), None)
+    zombie = RenameFile("parquet", layout.in_progress(fid, "22222222"), layout.pending(fid, "22222222"), None)
     zombie.write_all(_batches(6))
     zombie.pre_commit()
     assert pq.read_table(live.pending).num_rows == 4 and pq.read_table(zombie.pending).num_rows == 6
-    clash = _FileWriter("parquet", layout.in_progress(fid, "33333333"), live.pending, None)
+    clash = RenameFile("parquet", layout.in_progress(fid, "33333333"), live.pending, None)
     clash.write_all(_batches(8))
     with pytest.raises(TransactionError, match="already pre-committed"):
         clash.pre_commit()
@@ -328,7 +329,7 @@ def test_a_fenced_writer_cannot_pre_commit(tmp_path):
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    writer = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
+    writer = RenameFile("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     writer.write_all(_batches(4))
     FileParticipants(layout).fence(str(fid))  # recovery ran while this zombie was writing
     with pytest.raises(FileNotFoundError):
@@ -340,9 +341,9 @@ def test_a_second_writer_of_the_same_id_refuses_to_share_the_file(tmp_path):
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    first = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
+    first = RenameFile("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     first.write_all(_batches(4))
-    second = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
+    second = RenameFile("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     with pytest.raises(FileExistsError):
         second.write_all(_batches(4))
     second.abort()  # must not delete the first writer's file

@@ -16,7 +16,7 @@ and :class:`~.participants.FileParticipants` — into a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, cast
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -24,24 +24,21 @@ from pyspark.sql.types import StructType
 from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.handles import FileCommitter, FileParticipant, StagedFiles
+from kafka_eos_ds.filesink.handles import FileCommitter, FileParticipant
 from kafka_eos_ds.filesink.layout import writer_dir
-from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
 from kafka_eos_ds.filesink.publishing import prepare_table, publisher, register_partitions
 from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
+from kafka_eos_ds.filesink.staging import staging_of
 from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams, takes_over
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.sink.source_progress import Checkpoint
-from kafka_eos_ds.storage import RenameStore, Store
+from kafka_eos_ds.storage import Store
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
-from kafka_eos_ds.twophase.protocol import DoneMark, Participants
+from kafka_eos_ds.twophase.protocol import DoneMark
 from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
-
-if TYPE_CHECKING:
-    from kafka_eos_ds.storage.s3 import S3Store
 
 
 class FileSink:
@@ -144,13 +141,7 @@ class FileSink:
         deletion of a staged file (FileDecisionLog.claim)."""
         layout, store, rt = self.config.layout, self.store(), self.runtime
         decisions = decisions or FileDecisionLog(layout, store)
-        participants: Participants[StagedFiles]
-        if store.renames:
-            participants = FileParticipants(layout, cast(RenameStore, store), decisions)
-        else:
-            from kafka_eos_ds.filesink.uploads import UploadParticipants
-
-            participants = UploadParticipants(layout, cast("S3Store", store), decisions)
+        participants = staging_of(store).participants(layout, decisions)
         # A short grace sweep is enough for tasks still closing their files when a write
         # is aborted. Streams stage apart (their own writer directory): several may write
         # one directory.

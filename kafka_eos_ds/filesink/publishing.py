@@ -13,16 +13,15 @@ so that a refusal comes while nothing of the batch is decided or final.
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from kafka_eos_ds.errors import StorageError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.handles import FileDecision, FileParticipant, partitions_of
 from kafka_eos_ds.filesink.metastore import Metastore
+from kafka_eos_ds.filesink.staging import staging_of
 
 if TYPE_CHECKING:
-    from kafka_eos_ds.storage import RenameStore, Store
+    from kafka_eos_ds.storage import Store
 
 SUCCESS = "_SUCCESS"
 
@@ -78,12 +77,7 @@ def register_partitions(config: FileSinkConfig, store: Store, participants: Sequ
     if metastore is None:
         return
     directories = _directories(participants)
-    if store.renames:
-        for directory in directories:
-            # A directory that cannot be made here (a value too long for a name) is refused
-            # by the metastore, or by the commit's move, each with its own message.
-            with contextlib.suppress(OSError, StorageError):
-                cast("RenameStore", store).make_dirs(str(config.layout.root / directory))
+    staging_of(store).prepare_directories(config.layout.root, directories)
     metastore.register(directories)
 
 

@@ -30,19 +30,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from typing import Any, Mapping, cast
 
 from kafka_eos_ds.errors import KafkaEosError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.handles import FileCommitter, FileDecision
 from kafka_eos_ds.filesink.layout import Layout, writer_dir
-from kafka_eos_ds.filesink.participants import FileParticipants
+from kafka_eos_ds.filesink.staging import StagedParticipants
 from kafka_eos_ds.storage import Store
 from kafka_eos_ds.twophase.identity import Kind
 from kafka_eos_ds.twophase.protocol import DECIDED
-
-if TYPE_CHECKING:
-    from kafka_eos_ds.filesink.uploads import UploadParticipants
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +100,7 @@ def clean_superseded(committer: FileCommitter, layout: Layout, store: Store, que
     what the streams it superseded left staged, and name in a warning what it leaves
     (module docstring). Best effort: the batch is committed whatever happens here."""
     decisions = cast(FileDecisionLog, committer.decisions)
-    staging = cast("FileParticipants | UploadParticipants", committer.participants)
+    staging = cast(StagedParticipants, committer.participants)
     try:
         staged = staging.staged()
         streams = {writer_dir(key): (key, decision) for key, decision in decisions.decisions_of(Kind.STREAM.value)}

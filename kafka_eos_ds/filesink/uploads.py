@@ -129,10 +129,13 @@ class UploadParticipants:
 
 
 class UploadWriter:
-    """One of a task's files on S3: encoded into an :class:`UploadOutput` at its final key."""
+    """One of a task's files on S3: encoded into an :class:`UploadOutput` at its final key,
+    in partition directory ``partition``, named ``relative`` to the table's root."""
 
-    def __init__(self, file_format: str, store: S3Store, key: str, part_size: int, label: str) -> None:
+    def __init__(self, file_format: str, store: S3Store, key: str, part_size: int, label: str,
+                 partition: str = "", relative: str = "") -> None:
         self.output = UploadOutput(store, key, part_size, label)
+        self.partition, self.relative = partition, relative
         self._encoder = FileEncoder(file_format, lambda: self.output)
 
     @property
@@ -148,9 +151,9 @@ class UploadWriter:
     def abort(self) -> None:
         self._encoder.discard()
 
-    def staged(self, partition: str, relative: str) -> StagedFile:
+    def staged(self) -> StagedFile:
         out = self.output
-        return StagedFile(relative, "", partition, self.records, out.upload, tuple(out.parts), out.tag)
+        return StagedFile(self.relative, "", self.partition, self.records, out.upload, tuple(out.parts), out.tag)
 
 
 class UploadOutput:

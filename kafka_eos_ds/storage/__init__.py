@@ -10,7 +10,8 @@ and ``viewfs://``, :mod:`.s3` (``boto3``) for ``s3a://``/``s3://``; and, for rea
 
 The three differ where the sink needs them to: a local disk and HDFS rename a file in
 one step and can refuse to replace one (``renames``: pending -> final is a rename); S3
-cannot rename, and a multipart upload is its pending state (:class:`.s3.S3Store`). All
+cannot rename, and a multipart upload is its pending state (:class:`.s3.S3Store`). The
+file sink chooses its staging from this once (``filesink.staging.staging_of``). All
 three create a small file only if it is absent, atomically (``put(new=True)``), which is
 what the sink's numbered decisions stand on.
 
@@ -27,7 +28,7 @@ otherwise, at each store's boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, TypeGuard
 from urllib.parse import urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -122,6 +123,12 @@ class RenameStore(Store, Protocol):
 
     def make_dirs(self, path: str) -> None:
         """Create directory ``path`` and its parents (there already: no error)."""
+
+
+def renaming(store: Store) -> TypeGuard[RenameStore]:
+    """Whether ``store`` moves a pending file to its final name by rename (local, HDFS); the
+    file sink's staging is chosen from it, once (``filesink.staging.staging_of``)."""
+    return store.renames
 
 
 def readable(location: str) -> bool:
