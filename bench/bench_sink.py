@@ -22,6 +22,7 @@ import time
 import uuid
 
 from bench.run import percentile
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_tools.topics import create_topic
 
 
@@ -50,8 +51,8 @@ def commit_latency(bootstrap: str, transactions: int, repeats: int) -> list[floa
             p.begin_transaction()
             p.produce(topic, b"x")
             p.flush(30)
-            participants.append(Participant(tid, part, 0, 1, {"producer_id": stats["producer_id"],
-                                                              "epoch": stats["producer_epoch"]}))
+            participants.append(Participant(tid, part, 0, 1,
+                                            KafkaHandle(stats["producer_id"], stats["producer_epoch"])))
             del p
         started = time.perf_counter()
         coordinator = TransactionCoordinator(conf)

@@ -42,7 +42,7 @@ from kafka_eos_ds.errors import KafkaClientError, TransactionError
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.sink.kafka_sink import KafkaSink
-from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle
 from kafka_eos_ds.sink.task_writer import _PartitionWriter
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
@@ -233,7 +233,7 @@ def test_a_commit_log_read_that_meets_a_moved_leader_is_retried_not_given_up(kaf
 
 
 def test_a_stalled_decision_write_fenced_by_a_later_step_never_becomes_visible(sink):
-    stale = Decision("q", 4, DECIDED, (Participant(f"{sink.prefix}-0-0", 0, 0, 5, {"producer_id": 1, "epoch": 0}),))
+    stale = Decision("q", 4, DECIDED, (Participant(f"{sink.prefix}-0-0", 0, 0, 5, KafkaHandle(1, 0)),))
     entered, release = threading.Event(), threading.Event()
 
     def stall(point, **_):
@@ -271,7 +271,7 @@ def test_a_lost_checkpoints_decision_whose_start_cannot_be_told_fails_recovery(s
     # no offsets: whether the batch started cannot be known.
     group, source = unique_name("group"), new_topic(2, prefix="in")
     progress = {"group": group, "offsets": {source: {"0": 150, "1": 150}}}
-    first = Participant(f"{sink.prefix}-0-0", 0, 0, 75, {"producer_id": 987654, "epoch": 0})
+    first = Participant(f"{sink.prefix}-0-0", 0, 0, 75, KafkaHandle(987654, 0))
     decided = Decision("old-query", 1, DECIDED, (first,), progress)
     log = sink.log()
     log.fence_writers()

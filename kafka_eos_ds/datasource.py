@@ -8,7 +8,6 @@ reader or writer, on the driver, before any task runs.
 from __future__ import annotations
 
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
@@ -16,8 +15,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kafka_eos_ds.twophase.writers import SinkDataSource
 
-class KafkaEosDataSource(DataSource):
+
+class KafkaEosDataSource(SinkDataSource):
     """Exactly-once Kafka source and sink for Spark (drop-in for ``format("kafka")``).
 
     Options
@@ -37,6 +38,8 @@ class KafkaEosDataSource(DataSource):
     ...      .option("topic", "out")
     ...      .option("transactionalIdPrefix", "orders-etl")
     ...      .option("checkpointLocation", "/tmp/ckpt").start())
+
+    A test hands the sink its own ``runtime`` (:mod:`kafka_eos_ds.sink.runtime`).
     """
 
     @classmethod
@@ -61,9 +64,9 @@ class KafkaEosDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from kafka_eos_ds.sink import batch_writer
 
-        return batch_writer(schema, self.options, overwrite)
+        return batch_writer(schema, self.options, overwrite, **self.runtime_kwargs())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from kafka_eos_ds.sink import stream_writer
 
-        return stream_writer(schema, self.options)
+        return stream_writer(schema, self.options, **self.runtime_kwargs())

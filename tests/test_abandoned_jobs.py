@@ -12,6 +12,7 @@ import time
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import DECIDED, Decision, Kind, Participant, WriteId
 from tests.test_zombie_fences import Coordinator, Log, committer
 
@@ -72,7 +73,7 @@ def test_a_transaction_a_job_decided_before_the_shut_out_is_left_to_be_committed
     the writer out: the read after the shut-out sees the decision, and its transaction is
     not aborted (the job, or the next job on the prefix, commits it)."""
     old = TIMEOUT_MS / 1000 - 30
-    decided = Decision("live", 0, DECIDED, (Participant(tid(LIVE), 0, 0, 5, {"producer_id": 7, "epoch": 3}),))
+    decided = Decision("live", 0, DECIDED, (Participant(tid(LIVE), 0, 0, 5, KafkaHandle(7, 3)),))
     coordinator = Coordinator({tid(LIVE): open_for(tid(LIVE), 7, 3, old),
                                tid(CRASHED): open_for(tid(CRASHED), 8, 0, old)})
     run_job(coordinator, Jobs([("j:live", decided)], since=1))

@@ -15,8 +15,10 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.sink import kafka_sink
 from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
+from tests.sink_fakes import kafka_runtime
 from tests.test_sink_units import OPTS, SCHEMA, _fence_free
 from tests.test_twophase import FakeLog
 
@@ -53,26 +55,21 @@ def _checkpoint(tmp_path, committed, query="q1"):
 
 
 @pytest.fixture
-def driver(monkeypatch):
+def driver():
     """The sink's driver steps on an in-memory decision log and scripted coordinators."""
-    from kafka_eos_ds.kafka.driver_session import SESSIONS
-
     state = {"log": _fence_free(FakeLog()), "coordinator": _Coordinator()}
-    SESSIONS.close()  # no coordinator client kept from an earlier test
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: state["coordinator"])
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: state["log"])
-    monkeypatch.setattr(kafka_sink, "cluster_metadata", lambda config: _Metadata())
-    yield state
-    SESSIONS.close()
+    state["runtime"] = kafka_runtime(lambda conf, **_: state["coordinator"], lambda *a, **k: state["log"], _Metadata())
+    return state
 
 
-def _prepare(checkpoint, **options):
+def _prepare(driver, checkpoint, **options):
     config = SinkConfig.from_options({**OPTS, "checkpointLocation": checkpoint, **options}, SCHEMA)
-    return kafka_sink.KafkaSink(config, commit_timeout_s=5).prepare(WriteSpec(streaming=True))
+    return kafka_sink.KafkaSink(config, commit_timeout_s=5, runtime=driver["runtime"]).prepare(
+        WriteSpec(streaming=True))
 
 
 def test_a_checkpoint_of_another_sink_is_adopted_at_its_latest_committed_batch(driver, tmp_path):
-    mark = _prepare(_checkpoint(tmp_path, 5), adoptCheckpoint="true")
+    mark = _prepare(driver, _checkpoint(tmp_path, 5), adoptCheckpoint="true")
     # Batch 5 (and all before it) recorded done before any task writes: the next batch, 6
     # (or a re-run of one the old sink had started), is written under a decision.
     assert driver["log"].records == [("q:q1", Decision("q1", 5, DONE))]
@@ -83,7 +80,7 @@ def test_a_checkpoint_of_another_sink_is_adopted_at_its_latest_committed_batch(d
 def test_without_the_option_the_refusal_names_it_and_nothing_is_written(driver, tmp_path):
     with pytest.raises(TransactionError, match=r"holds no decision of query q1 .* up to 5.*"
                                                r"\.option\('adoptCheckpoint', 'true'\)") as refused:
-        _prepare(_checkpoint(tmp_path, 5))
+        _prepare(driver, _checkpoint(tmp_path, 5))
     assert not refused.value.retriable
     assert 'docs/troubleshooting.md, "The commit log lost its decisions"' in str(refused.value)
     assert driver["log"].records == []
@@ -91,7 +88,7 @@ def test_without_the_option_the_refusal_names_it_and_nothing_is_written(driver, 
 
 def test_a_query_that_has_decisions_ignores_the_option(driver, tmp_path):
     driver["log"].records.append(("q:q1", Decision("q1", 8, DONE)))
-    assert _prepare(_checkpoint(tmp_path, 8), adoptCheckpoint="true") == DoneMark("q1", 8)
+    assert _prepare(driver, _checkpoint(tmp_path, 8), adoptCheckpoint="true") == DoneMark("q1", 8)
     assert len(driver["log"].records) == 1  # nothing recorded over the query's own decision
 
 
@@ -101,7 +98,7 @@ def test_ids_the_coordinators_know_refuse_the_adoption(driver, tmp_path):
     take for none (a decided, partly committed batch written again)."""
     driver["coordinator"].known = [("etl-0-0", 7, "CompleteCommit"), ("other-0-0", 8, "Ongoing")]
     with pytest.raises(TransactionError, match=r"etl-0-0.*exactly-once.*lost its decisions") as refused:
-        _prepare(_checkpoint(tmp_path, 5), adoptCheckpoint="true")
+        _prepare(driver, _checkpoint(tmp_path, 5), adoptCheckpoint="true")
     assert not refused.value.retriable
     assert driver["log"].records == []
 
@@ -109,10 +106,10 @@ def test_ids_the_coordinators_know_refuse_the_adoption(driver, tmp_path):
 def test_a_prefix_another_stream_decided_on_is_not_adopted(driver, tmp_path):
     """Another query's decision (an unfinished one: its decided transactions would be fenced
     as leftovers) stays that query's: this one needs a prefix of its own."""
-    other = Decision("q0", 3, DECIDED, (Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 1}),))
+    other = Decision("q0", 3, DECIDED, (Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 1)),))
     driver["log"].records.append(("q:q0", other))
     with pytest.raises(TransactionError, match=r"query q0 decided batch 3.*'transactionalIdPrefix' of its own"):
-        _prepare(_checkpoint(tmp_path, 5), adoptCheckpoint="true")
+        _prepare(driver, _checkpoint(tmp_path, 5), adoptCheckpoint="true")
     assert driver["log"].records == [("q:q0", other)]
 
 
@@ -135,10 +132,10 @@ def test_an_adopted_batch_is_the_queries_own_decision_for_the_next_commit(driver
     from kafka_eos_ds.twophase import Outcome
 
     checkpoint = _checkpoint(tmp_path, 5)
-    _prepare(checkpoint, adoptCheckpoint="true")
+    _prepare(driver, checkpoint, adoptCheckpoint="true")
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "unfit", lambda self, parts, needed: None)
     config = SinkConfig.from_options({**OPTS, "checkpointLocation": checkpoint, "adoptCheckpoint": "true"}, SCHEMA)
-    kafka_sink.KafkaSink(config, commit_timeout_s=5).commit(
-        WriteId(Kind.STREAM, "q1", 6), [Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 1})])
+    kafka_sink.KafkaSink(config, commit_timeout_s=5, runtime=driver["runtime"]).commit(
+        WriteId(Kind.STREAM, "q1", 6), [Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 1))])
     assert [(d.batch_id, d.state) for _, d in driver["log"].records] == [(5, DONE), (6, DECIDED), (6, DONE)]

@@ -10,6 +10,7 @@ from kafka_eos_ds.sink import kafka_sink
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import Instance
+from tests.sink_fakes import kafka_runtime
 from tests.test_checkpoint_adoption import _Coordinator
 from tests.test_sink_units import OPTS, SCHEMA, _fence_free
 from tests.test_twophase import FakeLog
@@ -19,15 +20,11 @@ from tests.test_twophase import FakeLog
 def fenced(monkeypatch):
     """The ids the sink's abort fenced, on an in-memory decision log; the coordinators
     know one open id of the app write's family and one of its batch job's."""
-    from kafka_eos_ds.kafka.driver_session import SESSIONS
-
     app, job = WriteId(Kind.APP, "orders", 3, job="j1"), WriteId(Kind.JOB, "j1", 0, job="j1")
     coordinator = _Coordinator([(f"etl:{app.family}-0-0", 7, "Ongoing"), (f"etl:{job.family}-0-0", 8, "Ongoing")])
     ids: list[str] = []
-    SESSIONS.close()
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: coordinator)
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: _fence_free(FakeLog()))
-    monkeypatch.setattr(kafka_sink, "cluster_metadata", lambda config: None)
+    logs = [_fence_free(FakeLog())]  # every step's log: the last one
+    runtime = kafka_runtime(lambda conf, **_: coordinator, lambda *a, **k: logs[-1])
     # The abort fences exact instances (validate, then act): the ids it observed are the
     # ids it aims at; the claim on the in-memory log always holds.
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "observe",
@@ -35,36 +32,37 @@ def fenced(monkeypatch):
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "abort_exact",
                         lambda self, instance: ids.append(instance.id) or True)
     monkeypatch.setattr(kafka_sink.KafkaFences, "claim", lambda self, targets: None)
-    yield ids, app, job
-    SESSIONS.close()
+    yield ids, app, job, runtime, logs
 
 
 def test_an_app_write_that_no_task_reported_fences_its_apps_ids(fenced):
     """``txnAppId`` writes: the tasks ran under the app's family (the planner knows it);
     the batch job's own family holds nothing of theirs."""
-    ids, app, _job = fenced
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5)
+    ids, app, _job, runtime, _logs = fenced
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=runtime)
     sink.abort(None, [], WriteSpec(False, job="j1", app="orders", version=3))
     assert set(ids) == {f"etl:{app.family}-0-0"}
 
 
-def test_an_app_writes_abort_keeps_the_transactions_of_its_decided_write(fenced, monkeypatch):
+def test_an_app_writes_abort_keeps_the_transactions_of_its_decided_write(fenced):
     """An earlier version of the app decided and not finished: its transaction is the next
     write's to commit, never an abort's to fence."""
+    from kafka_eos_ds.sink.messages import KafkaHandle
     from kafka_eos_ds.twophase.protocol import DECIDED, Decision, Participant
 
-    ids, app, _job = fenced
+    ids, app, _job, runtime, logs = fenced
     log = _fence_free(FakeLog())
-    log.records.append((app.key, Decision("orders", 2, DECIDED, (Participant(f"etl:{app.family}-0-0", 0, 0, 5),))))
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: log)
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5)
+    log.records.append((app.key, Decision("orders", 2, DECIDED, (Participant(f"etl:{app.family}-0-0", 0, 0, 5,
+                                                                                  KafkaHandle(7, 3)),))))
+    logs.append(log)
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=runtime)
     sink.abort(None, [], WriteSpec(False, job="j1", app="orders", version=3))
     assert ids == []
 
 
 def test_a_batch_job_that_no_task_reported_fences_its_own_ids(fenced):
-    ids, _app, job = fenced
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5)
+    ids, _app, job, runtime, _logs = fenced
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=runtime)
     sink.abort(None, [], WriteSpec(False, job="j1"))
     assert set(ids) == {f"etl:{job.family}-0-0"}
 

@@ -8,8 +8,10 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.driver_session import ClientSessions, fingerprint
 from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Outcome, Participant
 from kafka_eos_ds.twophase.identity import Kind, WriteId
+from tests.sink_fakes import kafka_runtime
 from tests.test_sink_units import OPTS, SCHEMA
 from tests.test_twophase import FakeLog
 
@@ -158,7 +160,7 @@ class _Coordinator:
     built: list["_Coordinator"] = []
     state = "Ongoing"  # what DescribeTransactions shows for every transaction
 
-    def __init__(self, conf):
+    def __init__(self, conf, **_time):
         self.closed = self.refreshed = 0
         _Coordinator.built.append(self)
 
@@ -198,7 +200,6 @@ class _Metadata:
 def driver(monkeypatch):
     """The sink's driver steps on fakes: each step's decision log records its own fence
     and reads; all of them share one in-memory log."""
-    from kafka_eos_ds.kafka.driver_session import SESSIONS
     from kafka_eos_ds.sink import kafka_sink
 
     shared = FakeLog()
@@ -206,7 +207,7 @@ def driver(monkeypatch):
     logs = []
 
     class StepLog:
-        def __init__(self, *args):
+        def __init__(self, *args, **kwargs):
             self.fenced = False
             self.closed = False
             logs.append(self)
@@ -235,17 +236,15 @@ def driver(monkeypatch):
     _Coordinator.built = []
     _Metadata.built = []
     monkeypatch.setattr(_Coordinator, "state", "Ongoing")
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", _Coordinator)
-    monkeypatch.setattr(kafka_sink, "MetadataClient", _Metadata)
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", StepLog)
+    runtime = kafka_runtime(_Coordinator, StepLog, metadata_client=_Metadata)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=1)
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=1, runtime=runtime)
     yield sink, logs, shared
-    SESSIONS.close()
+    runtime.sessions.close()
 
 
 def _participant(partition=0):
-    return Participant(f"etl-{partition}-0", partition, 0, 5, {"producer_id": 7, "epoch": 3})
+    return Participant(f"etl-{partition}-0", partition, 0, 5, KafkaHandle(7, 3))
 
 
 def test_driver_steps_of_one_process_share_their_clients_but_fence_the_decision_writer_each(driver):

@@ -124,6 +124,16 @@ def test_the_next_step_reuses_the_process_readers_and_still_reads_the_log_afresh
     assert log.count("ListOffsets") == 2 and log.count("Fetch") == 1  # offsets and records asked again
 
 
+def test_a_record_keyed_by_the_bare_prefix_is_no_decision_of_this_version(world):
+    """Development builds before 0.1.0 keyed a stream's decision by the bare prefix; only keys
+    that name the writer are read now, so such a record is no writer's."""
+    topic, _, _ = world
+    topic.records.append((b"p", json.dumps(Decision("app", 3, DECIDED).to_json()).encode()))
+    decisions = _log(world)
+    assert decisions.latest("q:app") is None and decisions.latest_of("q") is None
+    decisions.close()
+
+
 def test_readers_are_kept_by_their_full_settings(world):
     _, built, _ = world
     plain = _log(world)

@@ -9,6 +9,7 @@ import pytest
 
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.sink.participants import KafkaTransactions
 from kafka_eos_ds.twophase import DONE, Decision, Kind, Participant, TwoPhaseCommitter, WriteId
 
@@ -83,7 +84,7 @@ def test_an_empty_batchs_progress_commits_in_the_done_records_transaction():
 
 def test_only_a_done_record_without_participants_carries_offsets():
     clients = Clients()
-    part = Participant("p-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})
+    part = Participant("p-0-0", 0, 0, 5, KafkaHandle(7, 3))
     decision_log(clients).write("q:q", Decision("q", 3, DONE, (part,), PROGRESS))  # carried by its first transaction
     assert not [c for c in clients.calls if c[0] == "offsets"]
 
@@ -127,7 +128,7 @@ def test_the_committer_stores_an_empty_batchs_progress_with_its_done_record_only
     coordinator, log = Coordinator(), Log()
     txns = KafkaTransactions(coordinator, "p", 60_000)
     TwoPhaseCommitter(log, txns, progress_store=txns, commit_timeout_s=1).commit(
-        WriteId(Kind.STREAM, "q", 3), [Participant("", 0, 0, 0, {"producer_id": -1, "epoch": -1})], PROGRESS)
+        WriteId(Kind.STREAM, "q", 3), [Participant("", 0, 0, 0, KafkaHandle(-1, -1))], PROGRESS)
     assert coordinator.plain_commits == []
     assert log.records == [("q:q", Decision("q", 3, DONE, (), PROGRESS))]
 

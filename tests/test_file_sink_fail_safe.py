@@ -16,6 +16,7 @@ from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
+from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.filesink.metastore import Metastore
 from kafka_eos_ds.filesink.participants import FileParticipants
@@ -34,7 +35,7 @@ def _staged(layout: Layout, batch: int = 1) -> Participant:
     pending = layout.pending(fid, "5ea1ed00")
     pending.write_bytes(b"rows")
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       {"pending": layout.relative(pending), "final": layout.relative(layout.final(fid))})
+                       StagedFiles((StagedFile(layout.relative(layout.final(fid)), layout.relative(pending)),)))
 
 
 # -- a crash between the link and the unlink of a local move ----------------------
@@ -44,7 +45,8 @@ def test_a_commit_interrupted_between_link_and_unlink_is_finished_by_the_recommi
     and the final name on one file. The re-commit finishes the move."""
     layout = Layout(tmp_path)
     p = _staged(layout)
-    pending, final = layout.resolve(p.handle["pending"]), layout.resolve(p.handle["final"])
+    [staged] = p.handle.files
+    pending, final = layout.resolve(staged.pending), layout.resolve(staged.final)
     os.link(pending, final)  # the crash struck here
     assert FileParticipants(layout).commit(p) is Outcome.COMMITTED
     assert final.read_bytes() == b"rows" and not pending.exists()
@@ -77,6 +79,7 @@ class FlakyStore(LocalStore):
     url = "flaky://bucket"
 
     def __init__(self, error: Exception | None = None, failures: int = 1) -> None:
+        super().__init__()
         self.error = error
         self.failures = failures
         self.puts = 0

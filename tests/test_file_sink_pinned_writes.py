@@ -72,7 +72,7 @@ def test_a_claim_after_a_task_staged_refuses_the_commit_and_one_before_does_not(
     FileDecisionLog(layout).claim(writer, 0)  # before the task: an earlier step's record
     sink = FileSink(_config(tmp_path), None)
     first = _staged(sink, write)
-    assert first.participant().handle["read"] == 1
+    assert first.participant().handle.read == 1
     sink.commit(write, [first.participant()])
     assert len(list(tmp_path.glob("part-*"))) == 1
     if write.kind is Kind.JOB:
@@ -144,4 +144,4 @@ def test_a_stream_and_an_app_write_keep_their_planners_number(tmp_path):
     mark = sink.prepare(spec)
     FileDecisionLog(layout).claim(writer_dir(app.key), 0)  # after the planner, before the task
     msg = sink.write(Task(app, 0, 0), mark, iter([pa.RecordBatch.from_pydict({"id": [1]})]))
-    assert sink.read == 1 and msg.participant().handle["read"] == 1
+    assert sink.read == 1 and msg.participant().handle.read == 1

@@ -17,7 +17,6 @@ from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.handles import files_of
 from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.progress import RecordedProgress, table_end
 from kafka_eos_ds.storage.s3 import S3Store
@@ -138,7 +137,7 @@ def test_a_dead_querys_batch_finished_by_one_new_query_is_not_finished_again_aft
     _new_query(tmp_path, table, "q-b")  # finishes A's batch 1
     assert _ids(table) == [1, 2, 3]
     # Retention deletes the partition's files, batch 1's among them.
-    for staged in files_of(p.handle):
+    for staged in p.handle.files:
         (table / staged.final).unlink()
     assert _ids(table) == [1, 2]
     # Every later new query starts (before: TransactionLostError, batch 1's pending and final gone).

@@ -15,7 +15,6 @@ from pyspark.sql.types import DateType, LongType, StringType, StructField, Struc
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.handles import files_of
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.filesink.partitions import DEFAULT_PARTITION, Partitioning, values_of
 from kafka_eos_ds.storage import StorageOptions
@@ -91,7 +90,7 @@ def test_a_task_writes_one_file_per_partition_and_the_commit_puts_each_in_its_di
     msg = sink.write(Task(write, 3, 0), DoneMark(), iter([_batch([1, 2, 3], ["de", "fr", "de"], [day1, day1, day2]),
                                                           _batch([4], ["de"], [day1])]))
     p = msg.participant()
-    staged = files_of(p.handle)
+    staged = p.handle.files
     assert p.records == 4 and [(f.partition, f.records) for f in staged] == [
         ("dt=2026-11-24/country=de", 2), ("dt=2026-11-24/country=fr", 1), ("dt=2026-11-25/country=de", 1)]
     assert not list(tmp_path.glob("dt=*"))  # nothing visible before the commit

@@ -12,9 +12,11 @@ import pytest
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
 from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
-from kafka_eos_ds.filesink.task import FileCommitMessage, _FileWriter, write_files
+from kafka_eos_ds.filesink.staging import RenameFile
+from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.twophase import (
     DECIDED,
     DONE,
@@ -134,8 +136,8 @@ def _stage(layout: Layout, fid: FileId, where: str = "pending", body: bytes = b"
     path = layout.pending(fid, stamp) if where == "pending" else layout.in_progress(fid, stamp)
     path.write_bytes(body)
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       {"pending": layout.relative(layout.pending(fid, stamp)),
-                        "final": layout.relative(layout.final(fid))})
+                       StagedFiles((StagedFile(layout.relative(layout.final(fid)),
+                                               layout.relative(layout.pending(fid, stamp))),)))
 
 
 def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
@@ -145,7 +147,7 @@ def test_commit_renames_pending_to_final_and_is_idempotent(tmp_path):
     assert ports.open_ids(QUERY) == [f"{W}/q-1-0-0"]
     assert ports.commit(p) is Outcome.COMMITTED
     assert (tmp_path / "part-00001-00000-q.parquet").read_bytes() == b"rows"
-    assert not (tmp_path / p.handle["pending"]).exists()
+    assert not (tmp_path / p.handle.files[0].pending).exists()
     assert ports.open_ids(QUERY) == []
     assert ports.commit(p) is Outcome.COMMITTED  # pending gone + final present
 
@@ -193,14 +195,14 @@ def test_a_zombie_of_the_same_id_never_touches_the_live_attempts_files(tmp_path)
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    live = _FileWriter("parquet", layout.in_progress(fid, "11111111"), layout.pending(fid, "11111111"), None)
+    live = RenameFile("parquet", layout.in_progress(fid, "11111111"), layout.pending(fid, "11111111"), None)
     live.write_all(_batches(4))
     live.pre_commit()
-    zombie = _FileWriter("parquet", layout.in_progress(fid, "22222222"), layout.pending(fid, "22222222"), None)
+    zombie = RenameFile("parquet", layout.in_progress(fid, "22222222"), layout.pending(fid, "22222222"), None)
     zombie.write_all(_batches(6))
     zombie.pre_commit()
     assert pq.read_table(live.pending).num_rows == 4 and pq.read_table(zombie.pending).num_rows == 6
-    clash = _FileWriter("parquet", layout.in_progress(fid, "33333333"), live.pending, None)
+    clash = RenameFile("parquet", layout.in_progress(fid, "33333333"), live.pending, None)
     clash.write_all(_batches(8))
     with pytest.raises(TransactionError, match="already pre-committed"):
         clash.pre_commit()
@@ -222,15 +224,22 @@ def test_fence_deletes_in_progress_and_pending_of_that_id_only(tmp_path):
 
 def test_superseded_names_the_earlier_attempts(tmp_path):
     ports = FileParticipants(Layout(tmp_path))
-    assert ports.superseded(Participant(f"{W}/q-3-1-2", 1, 2, 5)) == [f"{W}/q-3-1-0", f"{W}/q-3-1-1"]
-    assert ports.superseded(Participant("", 1, 0, 0)) == ()
+    assert ports.superseded(Participant(f"{W}/q-3-1-2", 1, 2, 5, StagedFiles())) == [f"{W}/q-3-1-0", f"{W}/q-3-1-1"]
+    assert ports.superseded(Participant("", 1, 0, 0, StagedFiles())) == ()
+
+
+def test_a_handle_in_the_one_file_form_of_development_builds_is_refused():
+    with pytest.raises(TransactionError, match="development builds before 0.1.0"):
+        StagedFiles.from_json({"pending": "_kafka_eos/w/pending/a.parquet", "final": "a.parquet"})
+    assert StagedFiles((StagedFile("a.parquet", "_kafka_eos/w/pending/a.parquet"),)).to_json() == {
+        "files": [{"partition": "", "records": 0, "pending": "_kafka_eos/w/pending/a.parquet", "final": "a.parquet"}]}
 
 
 def test_decision_log_is_replaced_atomically(tmp_path):
     layout = Layout(tmp_path)
     log = FileDecisionLog(layout)
     assert log.latest("q:query") is None
-    d = Decision("query", 4, DECIDED, (Participant(f"{W}/q-4-0-0", 0, 0, 3, {"pending": "a", "final": "b"}),))
+    d = Decision("query", 4, DECIDED, (Participant(f"{W}/q-4-0-0", 0, 0, 3, StagedFiles((StagedFile("b", "a"),))),))
     log.write("q:query", d)
     assert log.latest("q:query") == d and log.latest("q:other") is None
     assert log.unfinished("q") == [("q:query", d)]
@@ -284,10 +293,11 @@ def test_task_writes_in_progress_then_pre_commits_to_pending(tmp_path, fmt):
     msg = write_files(cfg, task("query-1", 3), DoneMark(), _batches(10), None)
     w = writer_dir("q:query-1")
     assert isinstance(msg, FileCommitMessage) and msg.records == 10 and msg.file_id == f"{w}/query1-3-0-0"
-    assert re.fullmatch(rf"_kafka_eos/{w}/pending/query1-3-0-0\.[0-9a-f]{{8}}\.{fmt}", msg.pending)
-    assert msg.final == f"part-00003-00000-query1.{fmt}"
+    [file] = msg.participant().handle.files
+    assert re.fullmatch(rf"_kafka_eos/{w}/pending/query1-3-0-0\.[0-9a-f]{{8}}\.{fmt}", file.pending)
+    assert file.final == f"part-00003-00000-query1.{fmt}"
     assert list((cfg.layout.writer(w) / "in-progress").iterdir()) == []
-    staged = tmp_path / msg.pending
+    staged = tmp_path / file.pending
     if fmt == "parquet":
         assert pq.read_table(staged).column("id").to_pylist() == list(range(10))
     else:
@@ -299,7 +309,7 @@ def test_empty_task_creates_no_file_and_covered_batch_writes_nothing(tmp_path):
     cfg = FileSinkConfig.from_options({"path": str(tmp_path)})
     assert write_files(cfg, task("query", 1), DoneMark(), [], None).records == 0
     skipped = write_files(cfg, task("query", 1), DoneMark("query", 1), _batches(4), None)
-    assert skipped.records == 0 and skipped.pending == ""
+    assert skipped.records == 0 and skipped.files == ()
     assert FileParticipants(cfg.layout).open_ids(QUERY) == []
 
 
@@ -319,7 +329,7 @@ def test_a_fenced_writer_cannot_pre_commit(tmp_path):
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    writer = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
+    writer = RenameFile("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     writer.write_all(_batches(4))
     FileParticipants(layout).fence(str(fid))  # recovery ran while this zombie was writing
     with pytest.raises(FileNotFoundError):
@@ -331,9 +341,9 @@ def test_a_second_writer_of_the_same_id_refuses_to_share_the_file(tmp_path):
     layout = Layout(tmp_path)
     fid = fid_("q", 1, 0, 0)
     layout.ensure(fid.writer)
-    first = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
+    first = RenameFile("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     first.write_all(_batches(4))
-    second = _FileWriter("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
+    second = RenameFile("parquet", layout.in_progress(fid, "5ea1ed00"), layout.pending(fid, "5ea1ed00"), None)
     with pytest.raises(FileExistsError):
         second.write_all(_batches(4))
     second.abort()  # must not delete the first writer's file

@@ -12,6 +12,7 @@ import pytest
 from kafka_eos_ds.errors import StorageError, TransactionError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.file_sink import FileSink
+from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
@@ -35,8 +36,8 @@ def _stage(layout: Layout, fid: FileId, stamp: str = "5ea1ed00") -> Participant:
     layout.ensure(fid.writer)
     layout.pending(fid, stamp).write_bytes(b"rows")
     return Participant(str(fid), fid.partition, fid.attempt, 1,
-                       {"pending": layout.relative(layout.pending(fid, stamp)),
-                        "final": layout.relative(layout.final(fid))})
+                       StagedFiles((StagedFile(layout.relative(layout.final(fid)),
+                                               layout.relative(layout.pending(fid, stamp))),)))
 
 
 class AnswerLostOnce(LocalStore):
@@ -44,6 +45,7 @@ class AnswerLostOnce(LocalStore):
     PutObject or HDFS rename whose answer was lost)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.lost = 0
 
     def put(self, path: str, data: bytes, *, new: bool = False) -> None:
@@ -181,6 +183,7 @@ class DeletePaused(LocalStore):
     moving on while this one is between its claim and its deletions)."""
 
     def __init__(self, before) -> None:
+        super().__init__()
         self.before = before
 
     def delete(self, path: str) -> None:
@@ -206,7 +209,7 @@ def test_a_write_planned_before_a_fencing_claim_is_never_decided(tmp_path):
     FileDecisionLog(layout).write(app.key, Decision("etl", 0, DONE))
     mark = sink.prepare(spec)
     msg = sink.write(Task(app, 0, 0), mark, iter([pa.RecordBatch.from_pydict({"id": [1, 2, 3]})]))
-    assert msg.participant().handle["read"] == 1
+    assert msg.participant().handle.read == 1
 
     zombie_log = FileDecisionLog(layout)
     zombie_store = DeletePaused(lambda: commit_paused(sink, app, msg))

@@ -14,13 +14,14 @@ import pickle
 import pytest
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.kafka.driver_session import SESSIONS
 from kafka_eos_ds.sink import kafka_sink
 from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.messages import KafkaCommitMessage, TransactionHandle
+from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle
 from kafka_eos_ds.twophase import Kind, Outcome, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
+from kafka_eos_ds.twophase.runtime import register, unregister
 from kafka_eos_ds.twophase.writers import Task
+from tests.sink_fakes import kafka_runtime
 from tests.test_driver_steps import _log, _record
 from tests.test_driver_steps import world as world  # noqa: F401  (the fixture, used by name)
 from tests.test_sink_units import OPTS, SCHEMA
@@ -84,6 +85,7 @@ class _Log(FakeLog):
         super().__init__()
         self.events = []
         self.claims_at: list[int] = []
+        self.runtime = None  # the sink's runtime, on this log (the fixture's)
 
     def ensure_topic(self, metadata=None):
         return 1
@@ -106,28 +108,26 @@ class _Log(FakeLog):
 @pytest.fixture
 def driver(monkeypatch):
     log = _Log()
-    SESSIONS.close()
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: _Coordinator())
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: log)
-    monkeypatch.setattr(kafka_sink, "cluster_metadata", lambda config: _Metadata())
+    # Registered: the planner pickles its writer for the tasks, runtime and all.
+    log.runtime = register(kafka_runtime(lambda conf, **_: _Coordinator(), lambda *a, **k: log, _Metadata()))
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "unfit", lambda self, parts, needed: None)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
     yield log
-    SESSIONS.close()
+    unregister(log.runtime)
 
 
-def _sink(tmp_path, **options):
+def _sink(driver, tmp_path, **options):
     (tmp_path / "metadata").write_text(json.dumps({"id": "q1"}) + "\n")
     config = SinkConfig.from_options({**OPTS, "checkpointLocation": str(tmp_path), **options}, SCHEMA)
-    return kafka_sink.KafkaSink(config, commit_timeout_s=5)
+    return kafka_sink.KafkaSink(config, commit_timeout_s=5, runtime=driver.runtime)
 
 
 def test_a_streams_planner_reads_the_position_after_its_step_and_its_tasks_get_it(driver, tmp_path):
     # A step that writes: the planner adopts the checkpoint of another sink (its batch 0).
     (tmp_path / "commits").mkdir()
     (tmp_path / "commits" / "0").write_text("v1\n{}\n")
-    writer = kafka_sink.TwoPhaseStreamWriter(_sink(tmp_path, adoptCheckpoint="true"))
+    writer = kafka_sink.TwoPhaseStreamWriter(_sink(driver, tmp_path, adoptCheckpoint="true"))
     tasks = pickle.loads(pickle.dumps(writer))  # the planner pickles the writer for the tasks
     assert driver.records == [("q:q1", Decision("q1", 0, DONE))]
     assert driver.events[-1] == ("position", 1)  # after the step's record: the last thing it did
@@ -140,28 +140,27 @@ def test_a_batch_writes_planner_reads_the_position_whatever_its_writer(driver, o
     """The position is the prefix's, not a writer's: the planner of a df.write, which cannot
     name its writer when it is a job or a write inside foreachBatch, reads it all the same."""
     driver.records.append(("q:other", Decision("other", 0, DONE)))
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5)
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=driver.runtime)
     assert sink.prepare(WriteSpec.for_batch({**options}.get, "job-1")) == DoneMark()
     assert sink.read == 1
 
 
 def test_every_task_carries_the_planners_position_to_the_commit(driver, tmp_path):
-    sink = _sink(tmp_path)
+    sink = _sink(driver, tmp_path)
     sink.read = 7
     decided = sink.write(Task(STREAM, 0, 0), DoneMark("q1", 4), iter(["a row"]))  # a re-run: writes nothing
     empty = sink.write(Task(STREAM, 1, 0), DoneMark(), iter([]))
     for message in (decided, empty):
         assert isinstance(message, KafkaCommitMessage)
-        stored = Participant.from_json(json.loads(json.dumps(message.participant().to_json())))
-        assert TransactionHandle.of(stored).read == 7
-    assert TransactionHandle.from_json({"producer_id": 1, "epoch": 0}).read is None  # an older task's
+        stored = Participant.from_json(json.loads(json.dumps(message.participant().to_json())), KafkaHandle.from_json)
+        assert stored.handle.read == 7
+    assert KafkaHandle.from_json({"producer_id": 1, "epoch": 0}).read is None  # an older task's
 
 
 # -- the commit refuses a write whose writer was claimed since ----------------------
 
 def _participant(read=None):
-    handle = {"producer_id": 7, "epoch": 1, **({"read": read} if read is not None else {})}
-    return Participant("etl-0-0", 0, 0, 5, handle)
+    return Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 1, read=read))
 
 
 def test_a_commit_refuses_undecided_a_write_whose_writer_was_claimed_since_it_was_planned(driver, tmp_path):
@@ -169,7 +168,7 @@ def test_a_commit_refuses_undecided_a_write_whose_writer_was_claimed_since_it_wa
     driver.claims_at = [2]  # a zombie's recovery claimed the stream's writer after the planner read 2
     with pytest.raises(TransactionError, match=r"Batch 4 of q1 was not committed: .*claimed.* since the batch "
                                                r"was planned.*Nothing of the batch is visible") as refused:
-        _sink(tmp_path).commit(STREAM, [_participant(2), _participant(3)])
+        _sink(driver, tmp_path).commit(STREAM, [_participant(2), _participant(3)])
     assert refused.value.retriable  # restarting the query runs the batch again
     assert driver.events == [("fence",), ("claimed_since", 2)]  # asked once the writer was fenced; nothing written
     assert driver.records == [("q:q1", Decision("q1", 3, DONE))]
@@ -177,13 +176,13 @@ def test_a_commit_refuses_undecided_a_write_whose_writer_was_claimed_since_it_wa
 
 def test_a_commit_whose_writer_was_not_claimed_since_decides_as_before(driver, tmp_path):
     driver.claims_at = [1]  # the planner's own recovery claimed, before it read the position
-    _sink(tmp_path).commit(STREAM, [_participant(2)])
+    _sink(driver, tmp_path).commit(STREAM, [_participant(2)])
     assert ("claimed_since", 2) in driver.events
     assert [(d.batch_id, d.state) for _, d in driver.records] == [(4, DECIDED), (4, DONE)]
 
 
 def test_tasks_of_an_older_version_carry_no_position_and_are_committed_unchecked(driver, tmp_path):
     driver.claims_at = [0]
-    _sink(tmp_path).commit(STREAM, [_participant()])
+    _sink(driver, tmp_path).commit(STREAM, [_participant()])
     assert not [e for e in driver.events if e[0] == "claimed_since"]
     assert [(d.batch_id, d.state) for _, d in driver.records] == [(4, DECIDED), (4, DONE)]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import DECIDED, Decision, DoneMark
 from tests.test_twophase import PROGRESS, committer, part, stream
 
@@ -10,10 +11,10 @@ from tests.test_twophase import PROGRESS, committer, part, stream
 def test_the_mark_round_trips_and_a_record_without_it_reads_as_legacy():
     marked = Decision("q", 3, DECIDED, (part(0),), PROGRESS, progress_attached=True)
     assert marked.to_json()["progressAttached"] is True
-    assert Decision.from_json(marked.to_json()) == marked
+    assert Decision.from_json(marked.to_json(), KafkaHandle.from_json) == marked
     legacy = marked.to_json()
     del legacy["progressAttached"]
-    assert not Decision.from_json(legacy).progress_attached
+    assert not Decision.from_json(legacy, KafkaHandle.from_json).progress_attached
     assert "progressAttached" not in Decision("q", 3, DECIDED, (part(0),)).to_json()  # no progress: no mark
 
 

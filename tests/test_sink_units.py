@@ -13,7 +13,9 @@ from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink import transactional_ids as ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Outcome
+from tests.sink_fakes import kafka_runtime
 from tests.test_twophase import FakeLog
 
 
@@ -378,7 +380,7 @@ def test_unfit_names_each_transaction_that_can_no_longer_commit_and_the_options_
             return {tid: states.get(tid) for tid in ids}
 
     def part(i, pid, epoch=3):
-        return Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": pid, "epoch": epoch})
+        return Participant(f"etl-{i}-0", i, 0, 5, KafkaHandle(pid, epoch))
 
     txns = KafkaTransactions(Coordinator(), "etl", 60_000)
     assert txns.unfit([part(0, 7)], 15) is None
@@ -469,15 +471,15 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
     coordinator = _DescribingCoordinator({"etl-0-0": TxnState("etl-0-0", "Ongoing", 7, 3, now_ms - open_s * 1000,
                                                               timeout_ms)})
     logs = []
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", lambda conf: coordinator)
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", lambda *a: logs.append(_fence_free(FakeLog())) or logs[-1])
-    monkeypatch.setattr(kafka_sink, "cluster_metadata", lambda config: None)  # the fake log needs no topics
+    # The fake log needs no topics.
+    runtime = kafka_runtime(lambda conf, **_: coordinator,
+                            lambda *a, **k: logs.append(_fence_free(FakeLog())) or logs[-1])
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
     config = SinkConfig.from_options({**OPTS, "kafka.transaction.timeout.ms": str(timeout_ms)}, SCHEMA)
-    sink = kafka_sink.KafkaSink(config, commit_timeout_s=120)
+    sink = kafka_sink.KafkaSink(config, commit_timeout_s=120, runtime=runtime)
     write = WriteId(Kind.STREAM, "q", 1)
-    participant = Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})
+    participant = Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 3))
     if refused:
         with pytest.raises(TransactionError, match="was not committed: 1 of its 1 .*needed to commit"):
             sink.commit(write, [participant])
@@ -499,7 +501,7 @@ def test_an_unknown_outcome_names_what_the_coordinator_shows_and_what_to_check()
             return TxnState(tid, "Empty", 7, 4) if tid == "etl-0-0" else None
 
     txns = KafkaTransactions(Coordinator(), "etl", 900_000)
-    parts = [Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": 7, "epoch": 3}) for i in (0, 1)]
+    parts = [Participant(f"etl-{i}-0", i, 0, 5, KafkaHandle(7, 3)) for i in (0, 1)]
     assert [txns.commit(p) for p in parts] == [Outcome.UNKNOWN, Outcome.UNKNOWN]
     message = txns.unknown_outcome_message(parts)
     assert "etl-0-0 ran under producer 7 epoch 3, its coordinator now shows producer 7 epoch 4, Empty" in message
@@ -530,7 +532,7 @@ def test_offsets_the_principal_may_not_commit_refuse_the_batch_naming_the_option
             TransactionCoordinator._raise_for(code, f"AddOffsetsToTxn({tid}, group {group!r})")
 
     txns = KafkaTransactions(Coordinator(), "etl", 60_000)
-    first = Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})
+    first = Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 3))
     with pytest.raises(ConfigError) as raised:
         txns.carry({"group": "orders", "offsets": {"in": {"0": 5}}}, first)
     message = str(raised.value)
@@ -559,7 +561,7 @@ def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_dec
             return {}
 
     txns = KafkaTransactions(Coordinator(), "etl", 900_000)
-    at = [Participant(f"etl-{i}-0", i, 0, 5, {"producer_id": 7, "epoch": e})
+    at = [Participant(f"etl-{i}-0", i, 0, 5, KafkaHandle(7, e))
           for i, e in enumerate((LAST_EPOCH - 1, LAST_EPOCH))]
     with caplog.at_level(logging.WARNING, logger="kafka_eos_ds.sink.participants"):
         txns.unfit(at, 15)
@@ -590,18 +592,18 @@ def test_a_negative_partition_fails_the_task_before_its_rows_are_produced(arrow)
 def test_a_task_s_transaction_handle_reads_back_from_its_decision_record():
     import json
 
-    from kafka_eos_ds.sink.messages import KafkaCommitMessage, TransactionHandle
+    from kafka_eos_ds.sink.messages import KafkaCommitMessage
     from kafka_eos_ds.twophase.identity import Kind, WriteId
     from kafka_eos_ds.twophase.protocol import Participant
 
     message = KafkaCommitMessage(WriteId(Kind.STREAM, "q", 3), 2, 1, 10, "fab", "etl:fab-2-1", 4001, 7)
-    stored = Participant.from_json(json.loads(json.dumps(message.participant().to_json())))
-    assert TransactionHandle.of(stored) == TransactionHandle(4001, 7, "fab")
+    stored = Participant.from_json(json.loads(json.dumps(message.participant().to_json())), KafkaHandle.from_json)
+    assert stored.handle == KafkaHandle(4001, 7, "fab")
     # A task without a transaction keeps its family (its earlier attempts' ids get fenced).
     empty = KafkaCommitMessage(WriteId(Kind.STREAM, "q", 3), 2, 1, 0, "fab")
-    assert empty.participant().records == 0 and TransactionHandle.of(empty.participant()).family == "fab"
+    assert empty.participant().records == 0 and empty.participant().handle.family == "fab"
     with pytest.raises(KeyError):  # a handle without its producer is a corrupt record, not epoch -1
-        TransactionHandle.from_json({"family": "fab"})
+        KafkaHandle.from_json({"family": "fab"})
 
 
 @pytest.mark.parametrize("flaky", ["cluster metadata", "coordinator client", "commit-log topic",
@@ -614,7 +616,6 @@ def test_every_setup_step_of_a_driver_step_is_retried_when_it_fails_transiently(
     import time
 
     from kafka_eos_ds.errors import KafkaClientError
-    from kafka_eos_ds.kafka.driver_session import SESSIONS
     from kafka_eos_ds.sink import kafka_sink
     from kafka_eos_ds.twophase import Participant
     from kafka_eos_ds.twophase.identity import Kind, WriteId
@@ -635,22 +636,17 @@ def test_every_setup_step_of_a_driver_step_is_retried_when_it_fails_transiently(
     coordinator.describe_many = once("pre-decision check", lambda: {"etl-0-0": coordinator.states["etl-0-0"]})
     logs = []
 
-    def decision_log(*_args):
+    def decision_log(*_args, **_kwargs):
         log = _fence_free(FakeLog())
         log.ensure_topic, log.fence_writers = once("commit-log topic", 1), once("commit-log writer")
         logs.append(log)
         return log
 
-    SESSIONS.close()  # no coordinator client kept from an earlier test: this one builds its own
-    monkeypatch.setattr(kafka_sink, "TransactionCoordinator", once("coordinator client", lambda: coordinator))
-    monkeypatch.setattr(kafka_sink, "KafkaDecisionLog", decision_log)
-    monkeypatch.setattr(kafka_sink, "cluster_metadata", once("cluster metadata"))
+    # Its own kept clients (none from an earlier test): it builds its coordinator client.
+    runtime = kafka_runtime(once("coordinator client", lambda: coordinator), decision_log, once("cluster metadata"))
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=30)
-    try:
-        sink.commit(WriteId(Kind.STREAM, "q", 1), [Participant("etl-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})])
-    finally:
-        SESSIONS.close()
+    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=30, runtime=runtime)
+    sink.commit(WriteId(Kind.STREAM, "q", 1), [Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 3))])
     assert failures[flaky] == 0  # the step did fail once ...
     assert [d.state.value for _, d in logs[-1].records] == ["decided", "done"]  # ... and the batch committed

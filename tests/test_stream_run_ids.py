@@ -13,7 +13,7 @@ import pytest
 
 from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.messages import TransactionHandle
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.sink.participants import KafkaTransactions
 from kafka_eos_ds.twophase import Kind, Participant, WriteId, WriteSpec
 from kafka_eos_ds.twophase.identity import STREAM_FAMILIES, identify, matches, token
@@ -106,7 +106,7 @@ def test_a_streams_recovery_lists_its_legacy_and_every_runs_ids_and_no_other_wri
 def test_a_commit_fences_the_lower_attempts_of_its_own_run_only():
     family = stream_task(RUN1).family
     tid = transactional_ids.build(PREFIX, 3, 2, family)
-    participant = Participant(tid, 3, 2, 5, TransactionHandle(1000, 0, family).to_json())
+    participant = Participant(tid, 3, 2, 5, KafkaHandle(1000, 0, family))
     participants = KafkaTransactions(Coordinator({}), PREFIX, 60_000)  # type: ignore[arg-type]
     assert list(participants.superseded(participant)) == [transactional_ids.build(PREFIX, 3, a, family)
                                                            for a in (0, 1)]

@@ -45,7 +45,10 @@ class _RecordingSink:
     """A sink whose steps only record how the writers call them."""
 
     def __init__(self):
+        from kafka_eos_ds.twophase.runtime import DEFAULT
+
         self.calls = []
+        self.runtime = DEFAULT
 
     @property
     def message_type(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import (
     ABANDONED,
     DECIDED,
@@ -27,7 +28,7 @@ from kafka_eos_tools import faults as injection
 
 
 def part(i, attempt=0, records=10):
-    return Participant(f"p-{i}-{attempt}", i, attempt, records, {"producer_id": 100 + i, "epoch": 1})
+    return Participant(f"p-{i}-{attempt}", i, attempt, records, KafkaHandle(100 + i, 1))
 
 
 # -- pure policy ------------------------------------------------------------
@@ -95,10 +96,11 @@ def test_abort_also_fences_open_ids_without_a_message_but_never_a_decided_one():
 
 def test_decisions_round_trip_through_json():
     d = Decision("q", 3, DECIDED, (part(0), part(1, attempt=1)))
-    assert Decision.from_json(d.to_json()) == d
+    assert Decision.from_json(d.to_json(), KafkaHandle.from_json) == d
     with_progress = Decision("q", 3, DECIDED, (part(0),), {"group": "g", "offsets": {"in": {"0": 5}}})
-    assert Decision.from_json(with_progress.to_json()) == with_progress
-    assert Decision.from_json(with_progress.with_state(DONE).to_json()).progress == with_progress.progress
+    assert Decision.from_json(with_progress.to_json(), KafkaHandle.from_json) == with_progress
+    done = Decision.from_json(with_progress.with_state(DONE).to_json(), KafkaHandle.from_json)
+    assert done.progress == with_progress.progress
 
 
 PROGRESS = {"group": "g", "offsets": {"in": {"0": 50, "1": 40}}}

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Kind, Participant, WriteId, WriteSpec
 from kafka_eos_ds.twophase.identity import identify, matches
 from kafka_eos_ds.twophase.protocol import DecisionState
@@ -86,7 +87,7 @@ def test_families_keep_writers_apart_and_bounded():
 # -- commit plans ----------------------------------------------------------------------
 
 def part(i, attempt=0, records=10, family="f"):
-    return Participant(f"p:{family}-{i}-{attempt}", i, attempt, records, {"producer_id": 1, "epoch": 1})
+    return Participant(f"p:{family}-{i}-{attempt}", i, attempt, records, KafkaHandle(1, 1))
 
 
 def foreach(batch, run=RUN1):
@@ -121,13 +122,13 @@ def test_two_runs_taking_turns_in_one_micro_batch_each_keep_their_own_count():
     new_1 = plan_write(old_0.decision, foreach(3, RUN2), [part(0)])
     assert not new_1.skip and new_1.decision.write == 1 and new_1.decision.writes == 2
     # And the record survives the log: a written-and-read-back record counts the same.
-    again = Decision.from_json(json.loads(json.dumps(old_0.decision.to_json())))
+    again = Decision.from_json(json.loads(json.dumps(old_0.decision.to_json())), KafkaHandle.from_json)
     assert again == old_0.decision and plan_write(again, foreach(3, RUN2), [part(0)]).decision.write == 1
 
 
 def test_a_record_written_before_runs_were_kept_still_counts_its_own_run():
     older = Decision.from_json({"queryId": Q, "batchId": 3, "state": "done", "transactions": [], "write": 1,
-                                "run": RUN1, "writes": 2})
+                                "run": RUN1, "writes": 2}, KafkaHandle.from_json)
     assert older.ordinals() == {RUN1: 1}
     assert plan_write(older, foreach(3, RUN1), [part(0)]).decision.write == 2
 

@@ -12,6 +12,7 @@ from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
 from kafka_eos_ds.kafka.coordinator import TxnState
 from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.sink.participants import KafkaFences, KafkaTransactions
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, Instance, Kind, Participant, TwoPhaseCommitter, WriteId
 
@@ -109,7 +110,7 @@ def test_a_zombie_post_commit_sweep_whose_writer_was_taken_over_aborts_nothing()
     coordinator = Coordinator({"p-0-0": ongoing("p-0-0", 7, 3)})
     log = Log()
     tpc = committer(coordinator, log)
-    first = Participant("p-0-0", 0, 0, 5, {"producer_id": 7, "epoch": 3})
+    first = Participant("p-0-0", 0, 0, 5, KafkaHandle(7, 3))
     # Batch 0's commit: its transaction commits; then the driver stalls, a newer one takes
     # the writer over and opens batch 1's transaction on the same id, under a new epoch.
     coordinator.end_txn = lambda *a, **kw: (coordinator.states.update({"p-0-0": ongoing("p-0-0", 7, 4)}),

@@ -7,17 +7,16 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
 from kafka_eos_ds.errors import ConfigError, StorageError
 from kafka_eos_ds.filesink.layout import EXTENSIONS, Layout, remote_root
 from kafka_eos_ds.filesink.partitions import Partitioning
+from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
+from kafka_eos_ds.filesink.staging import staging_of
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.storage import HDFS, S3, StorageOptions, Store, locate
-
-if TYPE_CHECKING:
-    from kafka_eos_ds.storage.s3 import S3Store
 
 FILE_FORMATS = tuple(EXTENSIONS)
 _SUPPORTED = ("a local directory path (/data/out, relative paths are resolved on the driver) or a file: URI "
@@ -67,10 +66,12 @@ class FileSinkConfig:
         """The table's location as other engines name it (the metastore's LOCATION)."""
         return self.location or Path(self.root).as_uri()
 
-    def store(self) -> Store:
-        """The store holding the directory, one per process (not pickled: each task makes its own)."""
+    def store(self, runtime: TableRuntime = DEFAULT) -> Store:
+        """The store holding the directory, one per process (not pickled: each task makes its
+        own), a local one on ``runtime``'s ``os``: the runtime of the sink the config is for."""
         if "store" not in self._stores:
-            self._stores["store"] = locate(self.location or str(self.root), self.storage, "Option 'path'")[0]
+            self._stores["store"] = locate(self.location or str(self.root), self.storage, "Option 'path'",
+                                           local=runtime.local_store)[0]
         return self._stores["store"]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def check_writable(layout: Layout, store: Store | None = None) -> None:
     file that exists (``put(new=True)``): the decisions and the commit's never-replace
     rule stand on it, and some S3-compatible stores accept ``If-None-Match: *`` and
     ignore it."""
-    local = store is None or store.renames and not store.url
+    local = store is None or not store.url  # only a local store has no URL of its own
     where = f"{'' if local or store is None else store.url}{layout.root}"
     if where in _WRITABLE:
         return
@@ -203,25 +204,9 @@ def _ignored_create_if_absent(store: Store, probe: str) -> str | None:
             return "PutObject"
         except FileExistsError:
             pass
-        if store.renames:
-            return None
-        # The commit's never-replace rule stands on the completion's condition, which a
-        # store can honour on PutObject and ignore here.
-        return None if _refuses_a_completion_over(cast("S3Store", store), probe) else "CompleteMultipartUpload"
+        return staging_of(store).ignored_publish(probe)
     finally:
         store.delete(probe)
-
-
-def _refuses_a_completion_over(store: S3Store, probe: str) -> bool:
-    """Complete a one-part upload at ``probe``, which exists: whether the store refused."""
-    upload = store.start_upload(probe, {})
-    try:
-        store.complete(probe, upload, [(1, store.upload_part(probe, upload, 1, b"x"))])
-        return False
-    except FileExistsError:
-        return True
-    finally:
-        store.abort(probe, upload)
 
 
 def _check_local(root: Path, layout: Layout) -> None:

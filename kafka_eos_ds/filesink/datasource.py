@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
+from kafka_eos_ds.twophase.writers import SinkDataSource
 
-class KafkaEosFileDataSource(DataSource):
+
+class KafkaEosFileDataSource(SinkDataSource):
     """Exactly-once Parquet / JSON-lines files from Spark, on the project's two-phase commit.
 
     Options
@@ -23,6 +25,8 @@ class KafkaEosFileDataSource(DataSource):
     >>> q = (df.writeStream.format("kafka_eos_file").option("path", "/data/out")
     ...      .option("checkpointLocation", "/ckpt/out").start())
     >>> df.write.format("kafka_eos_file").mode("append").save("/data/out")
+
+    A test hands the sink its own ``runtime`` (:mod:`kafka_eos_ds.filesink.runtime`).
     """
 
     @classmethod
@@ -32,9 +36,9 @@ class KafkaEosFileDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from kafka_eos_ds.filesink.file_sink import batch_writer
 
-        return batch_writer(schema, self.options, overwrite)
+        return batch_writer(schema, self.options, overwrite, **self.runtime_kwargs())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from kafka_eos_ds.filesink.file_sink import stream_writer
 
-        return stream_writer(schema, self.options)
+        return stream_writer(schema, self.options, **self.runtime_kwargs())

@@ -34,6 +34,7 @@ import uuid
 from pathlib import PurePath
 
 from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.filesink.handles import FileDecision, StagedFiles
 from kafka_eos_ds.filesink.layout import DECISIONS, IN_PROGRESS, PENDING, Layout, writer_dir
 from kafka_eos_ds.storage import Store
 from kafka_eos_ds.storage.local import LocalStore
@@ -62,7 +63,7 @@ class FileDecisionLog:
         self._lock = threading.Lock()
         self._claims: dict[str, int] = {}  # per writer: claims begun by this step
 
-    def latest(self, key: str) -> Decision | None:
+    def latest(self, key: str) -> FileDecision | None:
         writer = writer_dir(key)
         number, decision = self._newest(self.layout.decisions(key))
         if writer not in self._pinned:
@@ -77,13 +78,13 @@ class FileDecisionLog:
         """The highest number in the log of writer directory ``writer`` now (0: none yet)."""
         return _highest(self.store, self.layout.writer(writer) / DECISIONS)
 
-    def latest_of(self, kind: str) -> Decision | None:
+    def latest_of(self, kind: str) -> FileDecision | None:
         # Only asked by sinks whose streams share participant ids (the file sink's stage
         # apart); answered by modification time, which only a local disk gives cheaply.
         found = [(mtime, path) for path in self._writers(kind) if (mtime := _mtime(path / DECISIONS)) is not None]
         return self._newest(max(found)[1] / DECISIONS)[1] if found else None
 
-    def decisions_of(self, kind: str) -> list[tuple[str, Decision]]:
+    def decisions_of(self, kind: str) -> list[tuple[str, FileDecision]]:
         """``(key, latest decision)`` of every writer of ``kind`` that has one."""
         out = []
         for path in self._writers(kind):
@@ -92,10 +93,10 @@ class FileDecisionLog:
                 out.append((f"{kind}:{decision.query_id}", decision))
         return out
 
-    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+    def unfinished(self, kind: str) -> list[tuple[str, FileDecision]]:
         return [(key, d) for key, d in self.decisions_of(kind) if d.state == DECIDED]
 
-    def write(self, key: str, decision: Decision) -> None:
+    def write(self, key: str, decision: FileDecision) -> None:
         writer = writer_dir(key)
         with self._lock:
             self._record(writer, {"key": key, **decision.to_json()})
@@ -173,11 +174,11 @@ class FileDecisionLog:
         return [self.layout.staging / name for name in self.store.list_names(str(self.layout.staging))
                 if name.startswith(kind) and not name.startswith(".")]
 
-    def _newest(self, directory: PurePath) -> tuple[int, Decision | None]:
+    def _newest(self, directory: PurePath) -> tuple[int, FileDecision | None]:
         """The highest number in ``directory`` and its decision (0 and None when there is none)."""
         number, record = self._newest_record(directory)
         # A claim made before any decision holds no decision.
-        return number, Decision.from_json(record) if record and "state" in record else None
+        return number, Decision.from_json(record, StagedFiles.from_json) if record and "state" in record else None
 
     def _newest_record(self, directory: PurePath) -> tuple[int, dict[str, object] | None]:
         missing = None

@@ -1,19 +1,23 @@
 """What a task's commit message says about its files, and what the decision records: the
-``handle`` of a :class:`~kafka_eos_ds.twophase.Participant`, as JSON.
+``handle`` of a :class:`~kafka_eos_ds.twophase.Participant`, :class:`StagedFiles`.
 
 One task writes one file per partition it has rows for. On a store that renames, each
 file is ``{"pending": ..., "final": ...}`` (paths relative to the table's root); on S3,
 ``{"key": ..., "upload": ..., "parts": [[number, etag], ...], "tag": ...}`` (the upload
 at its final key, and the tag that tells the object it becomes from any other). Both
 carry ``partition`` (the directory, '' unpartitioned) and ``records``. A handle holds
-``{"files": [...]}``; an unpartitioned task on a renaming store keeps the one-file form
-``{"pending": ..., "final": ...}`` that earlier versions recorded.
+``{"files": [...]}`` (and the ``read`` of :class:`StagedFiles`), whatever the store and
+however many files.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from kafka_eos_ds.errors import TransactionError
+from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
+from kafka_eos_ds.twophase.protocol import Decision, Participant
 
 
 @dataclass(frozen=True)
@@ -47,24 +51,43 @@ class StagedFile:
                    int(data.get("records", 0)))
 
 
-def handle_of(files: list[StagedFile]) -> dict[str, Any]:
-    if len(files) == 1 and not files[0].upload and not files[0].partition:
-        return {"pending": files[0].pending, "final": files[0].final}
-    return {"files": [f.to_json() for f in files]}
+@dataclass(frozen=True)
+class StagedFiles:
+    """A task's files, pre-committed: the file sink's participant handle. ``read``: the
+    writer's decision number read before the first file was staged (:mod:`.task`; None
+    for a task that staged nothing). Stored as ``{"files": [...], "read": n}``."""
+
+    files: tuple[StagedFile, ...] = ()
+    read: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"files": [f.to_json() for f in self.files]}
+        if self.read is not None:
+            out["read"] = self.read
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StagedFiles":
+        if "files" not in data:
+            # The one-file form of development builds before 0.1.0: refused, never guessed at.
+            raise TransactionError(f"A decision of this table names its files as {dict(data)}, a form only "
+                                   "development builds before 0.1.0 wrote; this version reads {'files': [...]} "
+                                   "only. Finish that write with the build that made it, or delete its writer's "
+                                   "directory under '_kafka_eos' once its pending files are dealt with.")
+        read = data.get("read")
+        return cls(tuple(StagedFile.from_json(f) for f in data["files"]), int(read) if read is not None else None)
 
 
-def files_of(handle: Mapping[str, Any] | None) -> list[StagedFile]:
-    if not handle:
-        return []
-    if "files" in handle:
-        return [StagedFile.from_json(f) for f in handle["files"]]
-    return [StagedFile(str(handle["final"]), str(handle["pending"]))]
+# The file sink's participants and decisions: their handles name staged files.
+FileParticipant = Participant[StagedFiles]
+FileDecision = Decision[StagedFiles]
+FileCommitter = TwoPhaseCommitter[StagedFiles]
 
 
-def partitions_of(handles: list[Mapping[str, Any]]) -> list[str]:
-    """The partition directories the files of ``handles`` are in, each once, in order."""
+def partitions_of(participants: Sequence[FileParticipant]) -> list[str]:
+    """The partition directories the files of ``participants`` are in, each once, in order."""
     seen: dict[str, None] = {}
-    for handle in handles:
-        for f in files_of(handle):
+    for participant in participants:
+        for f in participant.handle.files:
             seen.setdefault(f.partition, None)
     return list(seen)

@@ -24,12 +24,12 @@ from typing import Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.handles import StagedFile, files_of
+from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile
 from kafka_eos_ds.filesink.layout import IN_PROGRESS, PENDING, FileId, Layout, writer_dir
 from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.twophase.identity import WriteId
-from kafka_eos_ds.twophase.protocol import Outcome, Participant
+from kafka_eos_ds.twophase.protocol import Outcome
 
 
 class FileParticipants:
@@ -41,8 +41,8 @@ class FileParticipants:
         self.store: RenameStore = store or LocalStore()
         self.decisions = decisions  # whose claims guard every deletion (:meth:`fence`)
 
-    def commit(self, participant: Participant) -> Outcome:
-        outcomes = [self._commit_file(participant, f) for f in files_of(participant.handle)]
+    def commit(self, participant: FileParticipant) -> Outcome:
+        outcomes = [self._commit_file(participant, f) for f in participant.handle.files]
         if Outcome.LOST in outcomes:
             return Outcome.LOST
         if None in outcomes:
@@ -52,7 +52,7 @@ class FileParticipants:
             self.fence(participant.id)
         return Outcome.COMMITTED
 
-    def _commit_file(self, participant: Participant, staged: StagedFile) -> Outcome | None:
+    def _commit_file(self, participant: FileParticipant, staged: StagedFile) -> Outcome | None:
         """COMMITTED (renamed now), None (committed before), or LOST."""
         pending, final = str(self.layout.resolve(staged.pending)), str(self.layout.resolve(staged.final))
         try:
@@ -71,10 +71,10 @@ class FileParticipants:
                                    "Another query or batch write is writing the same directory with the same "
                                    "query id; give each query its own 'path'.") from None
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
+    def unfit(self, participants: Sequence[FileParticipant], time_needed_s: float) -> str | None:
         # Pending files do not time out; one can only have been deleted (fenced by another
         # writer of the directory, or by hand).
-        gone = sorted({p.id for p in participants for f in files_of(p.handle)
+        gone = sorted({p.id for p in participants for f in p.handle.files
                        if not self.store.exists(str(self.layout.resolve(f.pending)))})
         if not gone:
             return None
@@ -100,7 +100,7 @@ class FileParticipants:
             # to pending: a zombie can never pre-commit after this.
             self.store.delete(str(path))
 
-    def superseded(self, participant: Participant) -> Sequence[str]:
+    def superseded(self, participant: FileParticipant) -> Sequence[str]:
         fid = FileId.parse(participant.id) if participant.id else None
         if fid is None:
             return ()
@@ -119,12 +119,12 @@ class FileParticipants:
                  for name in self.store.list_names(str(self.layout.writer(writer) / sub))]
         return sorted({str(fid) for name in names if (fid := FileId.parse(f"{writer}/{name}")) is not None})
 
-    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+    def unknown_outcome_message(self, participants: Sequence[FileParticipant]) -> str:
         # Never needed: a pending or final file tells. Here for the port's sake.
         return (f"Look for their final files in '{self.layout.root}': "
-                + ", ".join(f.final for p in participants for f in files_of(p.handle)) + ".")
+                + ", ".join(f.final for p in participants for f in p.handle.files) + ".")
 
-    def lost_message(self, participants: Sequence[Participant]) -> str:
+    def lost_message(self, participants: Sequence[FileParticipant]) -> str:
         return (f"Their pending files under '{self.layout.staging}' were deleted before the commit renamed "
                 "them (a manual clean-up?). Never delete '_kafka_eos' while a query runs, and re-process the "
                 "affected input.")

@@ -23,10 +23,11 @@ import logging
 from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
+from kafka_eos_ds.filesink.handles import FileDecision, FileParticipant
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import Files, StorageOptions
 from kafka_eos_ds.twophase.identity import Kind
-from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
+from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +53,16 @@ class RecordedProgress:
     finishes it (no "did it start" question: streams stage apart, never replacing another
     query's decision)."""
 
-    def carry(self, progress: Mapping[str, Any], participant: Participant | None) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: FileParticipant | None) -> None:
         pass
 
-    def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
+    def started(self, progress: Mapping[str, Any], first: FileParticipant) -> bool | None:
         return True
 
-    def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+    def unknown_message(self, progress: Mapping[str, Any], first: FileParticipant) -> str:
         return ""
 
-    def abandoned_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+    def abandoned_message(self, progress: Mapping[str, Any], first: FileParticipant) -> str:
         return ""  # never asked: started() is always True
 
     def resumes_before(self, progress: Mapping[str, Any], reached: bool = True) -> str | None:
@@ -116,7 +117,7 @@ def table_end(location: str, options: Mapping[str, Any]) -> dict[tuple[str, int]
     return ends
 
 
-def _writer_name(kind: Kind, decision: Decision) -> str:
+def _writer_name(kind: Kind, decision: FileDecision) -> str:
     if kind is Kind.FOREACH:
         return f"the foreachBatch writes of query {decision.query_id} (micro-batch {decision.batch_id})"
     if kind is Kind.APP:

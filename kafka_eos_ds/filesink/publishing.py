@@ -13,17 +13,15 @@ so that a refusal comes while nothing of the batch is decided or final.
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from kafka_eos_ds.errors import StorageError
 from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.handles import partitions_of
+from kafka_eos_ds.filesink.handles import FileDecision, FileParticipant, partitions_of
 from kafka_eos_ds.filesink.metastore import Metastore
-from kafka_eos_ds.twophase.protocol import Decision, Participant
+from kafka_eos_ds.filesink.staging import staging_of
 
 if TYPE_CHECKING:
-    from kafka_eos_ds.storage import RenameStore
+    from kafka_eos_ds.storage import Store
 
 SUCCESS = "_SUCCESS"
 
@@ -33,16 +31,17 @@ def metastore_of(config: FileSinkConfig) -> Metastore | None:
     return Metastore(table.database, table.name, table.uris, config.uri) if table is not None else None
 
 
-def publisher(config: FileSinkConfig) -> Callable[[Decision], None] | None:
-    """The publish step of the sink's committer (None: nothing to announce)."""
+def publisher(config: FileSinkConfig, store: Store) -> Callable[[FileDecision], None] | None:
+    """The publish step of the sink's committer (None: nothing to announce); ``store``
+    holds the table (the sink's)."""
     metastore = metastore_of(config)
     if metastore is None and not config.success_file:
         return None
 
-    def publish(decision: Decision) -> None:
+    def publish(decision: FileDecision) -> None:
         directories = _directories(decision.participants)
         if config.success_file:
-            store, layout = config.store(), config.layout
+            layout = config.layout
             for directory in directories:
                 store.put(str(layout.root / directory / SUCCESS if directory else layout.root / SUCCESS), b"")
         if metastore is not None:
@@ -60,7 +59,7 @@ def prepare_table(config: FileSinkConfig, schema: Any) -> None:
         metastore.ensure_table(schema, config.partitioning)
 
 
-def register_partitions(config: FileSinkConfig, participants: Sequence[Participant]) -> None:
+def register_partitions(config: FileSinkConfig, store: Store, participants: Sequence[FileParticipant]) -> None:
     """Before a batch's decision: the partitions its files go into, registered. A partition
     the metastore refuses (a name pattern, a value too long for its database) refuses the
     batch while nothing of it is decided or final; once decided, a refusal would leave its
@@ -78,15 +77,9 @@ def register_partitions(config: FileSinkConfig, participants: Sequence[Participa
     if metastore is None:
         return
     directories = _directories(participants)
-    store = config.store()
-    if store.renames:
-        for directory in directories:
-            # A directory that cannot be made here (a value too long for a name) is refused
-            # by the metastore, or by the commit's move, each with its own message.
-            with contextlib.suppress(OSError, StorageError):
-                cast("RenameStore", store).make_dirs(str(config.layout.root / directory))
+    staging_of(store).prepare_directories(config.layout.root, directories)
     metastore.register(directories)
 
 
-def _directories(participants: Sequence[Participant]) -> list[str]:
-    return partitions_of([p.handle for p in participants if p.records])
+def _directories(participants: Sequence[FileParticipant]) -> list[str]:
+    return partitions_of([p for p in participants if p.records])

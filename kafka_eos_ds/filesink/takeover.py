@@ -30,26 +30,23 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from typing import Any, Mapping, cast
 
 from kafka_eos_ds.errors import KafkaEosError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+from kafka_eos_ds.filesink.handles import FileCommitter, FileDecision
 from kafka_eos_ds.filesink.layout import Layout, writer_dir
-from kafka_eos_ds.filesink.participants import FileParticipants
+from kafka_eos_ds.filesink.staging import StagedParticipants
 from kafka_eos_ds.storage import Store
-from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind
-from kafka_eos_ds.twophase.protocol import DECIDED, Decision
-
-if TYPE_CHECKING:
-    from kafka_eos_ds.filesink.uploads import UploadParticipants
+from kafka_eos_ds.twophase.protocol import DECIDED
 
 log = logging.getLogger(__name__)
 
 FINISHED = "finished"
 
 
-def finish_other_streams(committer: TwoPhaseCommitter, layout: Layout, store: Store, query: str) -> None:
+def finish_other_streams(committer: FileCommitter, layout: Layout, store: Store, query: str) -> None:
     """Commit and publish, once, what the table's other streams decided and never
     recorded done (module docstring)."""
     for key, decision in committer.decisions.unfinished(Kind.STREAM.value):
@@ -67,11 +64,11 @@ def _marker(layout: Layout, key: str, batch: int) -> str:
     return str(layout.writer(writer_dir(key)) / FINISHED / f"{batch:012d}.json")
 
 
-def _finished(layout: Layout, store: Store, key: str, decision: Decision) -> bool:
+def _finished(layout: Layout, store: Store, key: str, decision: FileDecision) -> bool:
     return store.exists(_marker(layout, key, decision.batch_id))
 
 
-def _record_finished(layout: Layout, store: Store, key: str, decision: Decision, query: str) -> None:
+def _record_finished(layout: Layout, store: Store, key: str, decision: FileDecision, query: str) -> None:
     """Record ``decision`` finished by ``query``; only the newest batch's record is kept
     (a decided batch is the writer's latest decision: an older one is never asked for)."""
     data = json.dumps({"queryId": decision.query_id, "batchId": decision.batch_id, "finishedBy": query}).encode()
@@ -86,7 +83,7 @@ def _record_finished(layout: Layout, store: Store, key: str, decision: Decision,
             store.delete(str(directory / name))
 
 
-def takes_over(committer: TwoPhaseCommitter, key: str) -> bool:
+def takes_over(committer: FileCommitter, key: str) -> bool:
     """Whether the stream ``key`` has no decision on the table yet: its batch about to be
     committed is its first (False when that cannot be read now: the clean-up is skipped,
     never the batch failed for it)."""
@@ -97,13 +94,13 @@ def takes_over(committer: TwoPhaseCommitter, key: str) -> bool:
         return False
 
 
-def clean_superseded(committer: TwoPhaseCommitter, layout: Layout, store: Store, query: str,
+def clean_superseded(committer: FileCommitter, layout: Layout, store: Store, query: str,
                      progress: Mapping[str, Any] | None) -> None:
     """After query ``query``'s first batch (which read up to ``progress``) is done: delete
     what the streams it superseded left staged, and name in a warning what it leaves
     (module docstring). Best effort: the batch is committed whatever happens here."""
     decisions = cast(FileDecisionLog, committer.decisions)
-    staging = cast("FileParticipants | UploadParticipants", committer.participants)
+    staging = cast(StagedParticipants, committer.participants)
     try:
         staged = staging.staged()
         streams = {writer_dir(key): (key, decision) for key, decision in decisions.decisions_of(Kind.STREAM.value)}
@@ -129,7 +126,7 @@ def clean_superseded(committer: TwoPhaseCommitter, layout: Layout, store: Store,
         log.warning("could not clean what superseded queries left staged in '%s': %s", layout.staging, exc)
 
 
-def _why_kept(layout: Layout, store: Store, key: str | None, decision: Decision | None,
+def _why_kept(layout: Layout, store: Store, key: str | None, decision: FileDecision | None,
               progress: Mapping[str, Any] | None) -> str | None:
     """Why a writer's staging is not this query's to delete (None: it is)."""
     if key is None or decision is None:

@@ -23,88 +23,72 @@ refuses the write undecided (:mod:`.decision_log`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Iterable, cast
+from typing import Any, Iterable
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.config import FileSinkConfig
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.encoding import FileEncoder, record_batches
-from kafka_eos_ds.filesink.handles import StagedFile, handle_of
-from kafka_eos_ds.filesink.layout import FileId, new_stamp
-from kafka_eos_ds.storage import RenameStore
-from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.filesink.encoding import record_batches
+from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile, StagedFiles
+from kafka_eos_ds.filesink.layout import FileId
+from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
+from kafka_eos_ds.filesink.staging import TaskFile, staging_of
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
 from kafka_eos_ds.twophase.task import already_decided, run_task
 from kafka_eos_ds.twophase.writers import Task
 
-if TYPE_CHECKING:
-    from kafka_eos_ds.storage.s3 import S3Store
-
 
 @dataclass
 class FileCommitMessage(WriterCommitMessage):
-    """One task's pre-committed files (``records`` 0: no file). ``pending``/``final``: the
-    one file of an unpartitioned task on a store that renames; ``files``: otherwise
-    (:mod:`.handles`)."""
+    """One task's pre-committed files (``records`` 0: no file; :mod:`.handles`)."""
 
     write: WriteId
     file_id: str
     partition: int
     attempt: int
     records: int
-    pending: str = ""  # relative to the sink directory
-    final: str = ""
-    files: tuple[dict[str, Any], ...] = ()
+    files: tuple[StagedFile, ...] = ()
     read: int | None = None  # the writer's decision number read before staging (module docstring)
 
-    def participant(self) -> Participant:
-        handle: dict[str, Any] = {"files": list(self.files)} if self.files else {"pending": self.pending,
-                                                                                   "final": self.final}
-        if self.read is not None:
-            handle["read"] = self.read
-        return Participant(self.file_id, self.partition, self.attempt, self.records, handle)
+    def participant(self) -> FileParticipant:
+        return Participant(self.file_id, self.partition, self.attempt, self.records, StagedFiles(self.files, self.read))
 
 
 def write_files(config: FileSinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
-                schema: Any, read: int | None = None) -> FileCommitMessage:
+                schema: Any, read: int | None = None, runtime: TableRuntime = DEFAULT) -> FileCommitMessage:
     """One task: its rows in one file per partition, pre-committed; the message for the
     driver. ``read``: the writer's decision number the planner read (None: the task reads
-    it before its first file), passed on to the commit."""
-    store = config.store()
+    it before its first file), passed on to the commit; ``runtime``: the sink's."""
     fid = FileId.of(task.write, task.partition, task.attempt)
-    # On S3 every attempt of a task uploads to the same keys: the id is the task's (:mod:`.layout`).
-    pid = str(fid) if store.renames else str(fid.of_task())
+    pid = staging_of(config.store(runtime)).participant_id(fid)
     empty = FileCommitMessage(task.write, pid, task.partition, task.attempt, 0)
     if already_decided(mark, task, items):
         return empty
-    files = TaskFiles(config, fid, schema, read)
+    files = TaskFiles(config, fid, schema, read, runtime)
     records = run_task(files, items, task)
     if records == 0:
         return empty
-    handle = handle_of(files.staged())
-    if "files" in handle:
-        return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, files=tuple(handle["files"]),
-                                 read=files.read)
-    return FileCommitMessage(task.write, pid, task.partition, task.attempt, records, handle["pending"],
-                             handle["final"], read=files.read)
+    return FileCommitMessage(task.write, pid, task.partition, task.attempt, records,
+                             tuple(files.staged()), read=files.read)
 
 
 class TaskFiles:
     """One task attempt's files, one per partition (a :class:`~kafka_eos_ds.twophase.TaskTransaction`).
-    ``read``: the writer's decision number read before the first file (module docstring)."""
+    ``read``: the writer's decision number read before the first file (module docstring);
+    ``runtime``: the sink's, whose store and stamp the files get."""
 
-    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any, read: int | None = None) -> None:
+    def __init__(self, config: FileSinkConfig, fid: FileId, schema: Any, read: int | None = None,
+                 runtime: TableRuntime = DEFAULT) -> None:
         self.config = config
         self.fid = fid
         self.schema = schema
         self.read = read
-        self.store = config.store()
-        self.stamp = new_stamp()
-        self._files: dict[str, _FileWriter | Any] = {}  # partition directory -> its file
+        self.store = config.store(runtime)
+        self.staging = staging_of(self.store)
+        self.stamp = runtime.stamp()
+        self._files: dict[str, TaskFile] = {}  # partition directory -> its file
 
     def write_all(self, items: Iterable[Any]) -> int:
         records = 0
@@ -124,75 +108,16 @@ class TaskFiles:
             file.abort()
 
     def staged(self) -> list[StagedFile]:
-        layout = self.config.layout
-        out = []
-        for directory, file in self._files.items():
-            if isinstance(file, _FileWriter):
-                out.append(StagedFile(layout.relative(layout.final(self.fid, directory)),
-                                      layout.relative(file.pending), directory, file.records))
-            else:
-                out.append(file.staged(directory, layout.relative(layout.upload(self.fid, directory))))
-        return out
+        return [file.staged() for file in self._files.values()]
 
-    def _file(self, directory: str) -> Any:
+    def _file(self, directory: str) -> TaskFile:
         file = self._files.get(directory)
         if file is None:
-            layout = self.config.layout
             if self.read is None:
                 # Before anything of the write exists here (a file, an S3 upload): a fence
                 # that lists it claims a number above this one, which refuses the commit.
-                self.read = FileDecisionLog(layout, self.store).highest(self.fid.writer)
-            if self.store.renames:
-                k = len(self._files) if self.config.partitioning.columns else None
-                file = _FileWriter(self.config.file_format, layout.in_progress(self.fid, self.stamp, k),
-                                   layout.pending(self.fid, self.stamp, k), self.store)  # type: ignore[arg-type]
-            else:
-                from kafka_eos_ds.filesink.uploads import UploadWriter
-
-                file = UploadWriter(self.config.file_format, cast("S3Store", self.store),
-                                    str(layout.upload(self.fid, directory)), self.config.part_size, str(self.fid))
+                self.read = FileDecisionLog(self.config.layout, self.store).highest(self.fid.writer)
+            k = len(self._files) if self.config.partitioning.columns else None
+            file = self.staging.open(self.config, self.fid, directory, self.stamp, k)
             self._files[directory] = file
         return file
-
-
-class _FileWriter:
-    """A file on a store that renames: created at ``path`` (in-progress) at the first row,
-    moved to ``pending`` at pre-commit."""
-
-    def __init__(self, file_format: str, path: PurePath, pending: PurePath,
-                 store: RenameStore | None = None) -> None:
-        self.store: RenameStore = store or LocalStore()
-        self.path = path
-        self.pending = pending
-        self._encoder = FileEncoder(file_format, lambda: self.store.create(str(path)))
-
-    @property
-    def records(self) -> int:
-        return self._encoder.records
-
-    def write_all(self, batches: Iterable[Any]) -> int:
-        for batch in batches:
-            self.write_batch(batch)
-        return self.records
-
-    def write_batch(self, batch: Any) -> None:
-        self._encoder.write_batch(batch)
-
-    def pre_commit(self) -> None:
-        self._encoder.finish()
-        # Fails if a recovery fenced (deleted) this attempt meanwhile: a zombie stops here.
-        try:
-            self.store.rename(str(self.path), str(self.pending))
-        except FileExistsError:
-            # Staged names are unique per attempt (:mod:`.layout`): only a broken stamp gets here.
-            raise TransactionError(f"Cannot pre-commit '{self.path}': '{self.pending}' is already pre-committed by "
-                                   "another writer. This attempt fails and Spark retries it; recovery deletes its "
-                                   "file.", retriable=True) from None
-
-    def abort(self) -> None:
-        opened = self._encoder.opened
-        try:
-            self._encoder.discard()
-        finally:
-            if opened:  # never delete a file this attempt did not create
-                self.store.delete(str(self.path))

@@ -30,11 +30,11 @@ from typing import Any, Sequence
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
 from kafka_eos_ds.filesink.encoding import FileEncoder
-from kafka_eos_ds.filesink.handles import StagedFile, files_of
+from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile
 from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.storage.s3 import S3Store
 from kafka_eos_ds.twophase.identity import WriteId
-from kafka_eos_ds.twophase.protocol import Outcome, Participant
+from kafka_eos_ds.twophase.protocol import Outcome
 
 TAG = "kafka-eos-file"
 
@@ -50,11 +50,11 @@ class UploadParticipants:
         self._tickets: dict[str, int] = {}  # per writer: the claim ticket of the last listing
         self._lock = threading.Lock()
 
-    def commit(self, participant: Participant) -> Outcome:
-        outcomes = [self._complete(participant, f) for f in files_of(participant.handle)]
+    def commit(self, participant: FileParticipant) -> Outcome:
+        outcomes = [self._complete(participant, f) for f in participant.handle.files]
         return Outcome.LOST if Outcome.LOST in outcomes else Outcome.COMMITTED
 
-    def _complete(self, participant: Participant, staged: StagedFile) -> Outcome:
+    def _complete(self, participant: FileParticipant, staged: StagedFile) -> Outcome:
         key = str(self.layout.resolve(staged.final))
         try:
             self.store.complete(key, staged.upload, list(staged.parts))
@@ -69,10 +69,10 @@ class UploadParticipants:
                                f"'{self.store.url}/{key.lstrip('/')}'. Another query or batch write is writing "
                                "this table with the same query id; give each query its own 'path'.")
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
+    def unfit(self, participants: Sequence[FileParticipant], time_needed_s: float) -> str | None:
         # Uploads do not time out (unless a bucket lifecycle rule aborts them).
         listed = {upload for uploads in self._list().values() for _, upload in uploads}
-        gone = sorted({p.id for p in participants for f in files_of(p.handle) if f.upload not in listed})
+        gone = sorted({p.id for p in participants for f in p.handle.files if f.upload not in listed})
         if not gone:
             return None
         return (f"the multipart upload(s) of {', '.join(gone)} were aborted. Never abort this table's uploads "
@@ -93,7 +93,7 @@ class UploadParticipants:
         for key, upload in uploads:
             self.store.abort(key, upload)
 
-    def superseded(self, participant: Participant) -> Sequence[str]:
+    def superseded(self, participant: FileParticipant) -> Sequence[str]:
         return ()  # an upload's id is its task's: every attempt is one id
 
     def open_ids(self, write: WriteId) -> Sequence[str]:
@@ -106,12 +106,12 @@ class UploadParticipants:
             out.setdefault(fid.writer, []).append(str(fid))
         return out
 
-    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+    def unknown_outcome_message(self, participants: Sequence[FileParticipant]) -> str:
         # Never needed: an upload or an object with the file's tag tells. Here for the port's sake.
         return (f"Look for their objects under '{self.store.url}{self.layout.root}': "
-                + ", ".join(f.final for p in participants for f in files_of(p.handle)) + ".")
+                + ", ".join(f.final for p in participants for f in p.handle.files) + ".")
 
-    def lost_message(self, participants: Sequence[Participant]) -> str:
+    def lost_message(self, participants: Sequence[FileParticipant]) -> str:
         return ("Their multipart uploads were aborted before the commit completed them (a bucket lifecycle rule "
                 "'AbortIncompleteMultipartUpload', or a manual clean-up). Re-process the affected input.")
 
@@ -129,10 +129,13 @@ class UploadParticipants:
 
 
 class UploadWriter:
-    """One of a task's files on S3: encoded into an :class:`UploadOutput` at its final key."""
+    """One of a task's files on S3: encoded into an :class:`UploadOutput` at its final key,
+    in partition directory ``partition``, named ``relative`` to the table's root."""
 
-    def __init__(self, file_format: str, store: S3Store, key: str, part_size: int, label: str) -> None:
+    def __init__(self, file_format: str, store: S3Store, key: str, part_size: int, label: str,
+                 partition: str = "", relative: str = "") -> None:
         self.output = UploadOutput(store, key, part_size, label)
+        self.partition, self.relative = partition, relative
         self._encoder = FileEncoder(file_format, lambda: self.output)
 
     @property
@@ -148,9 +151,9 @@ class UploadWriter:
     def abort(self) -> None:
         self._encoder.discard()
 
-    def staged(self, partition: str, relative: str) -> StagedFile:
+    def staged(self) -> StagedFile:
         out = self.output
-        return StagedFile(relative, "", partition, self.records, out.upload, tuple(out.parts), out.tag)
+        return StagedFile(self.relative, "", self.partition, self.records, out.upload, tuple(out.parts), out.tag)
 
 
 class UploadOutput:

@@ -111,10 +111,13 @@ class TransactionCoordinator:
     channel_factory : callable, optional
         Builds the channel to the coordinators over that client (default:
         :class:`~kafka_eos_ds.kafka.kafka_python.CoordinatorChannel`).
+    clock, sleep : callable, optional
+        Monotonic seconds and a wait, for the retries of a fence (the sink's runtime's).
     """
 
     def __init__(self, conf: Mapping[str, Any], *, admin_factory: Callable[..., CoordinatorAdminLike] | None = None,
-                 channel_factory: Callable[[Any], ChannelLike] = CoordinatorChannel) -> None:
+                 channel_factory: Callable[[Any], ChannelLike] = CoordinatorChannel,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         if admin_factory is None:
             from kafka.admin import KafkaAdminClient
 
@@ -127,6 +130,8 @@ class TransactionCoordinator:
         settings = {"client_id": "kafka-eos-coordinator", "max_in_flight_requests_per_connection": IN_FLIGHT,
                     **to_kafka_python(conf)}
         self._conf = conf  # for errors: the servers to name, the secrets to hide
+        self._clock = clock
+        self._sleep = sleep
         with mapping_client_errors("connect the transaction-coordinator client", conf):
             self._admin = admin_factory(**settings)
         self._channel = channel_factory(self._admin)
@@ -243,7 +248,7 @@ class TransactionCoordinator:
         """
         from kafka.protocol.producer.transaction import InitProducerIdRequest
 
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock() + timeout_s
         delay = 0.02
         last: KafkaClientError | None = None
         while True:
@@ -263,10 +268,10 @@ class TransactionCoordinator:
             if code not in RETRIABLE and code != -1:
                 raise TransactionError(f"Could not abort the open transaction of {transactional_id}: "
                                        f"{error_name(code)}")
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 raise TransactionError(f"Could not abort the open transaction of {transactional_id} within "
                                        f"{timeout_s:.0f}s (last: {last or error_name(code)})", retriable=True)
-            time.sleep(delay)
+            self._sleep(delay)
             delay = min(delay * 2, 1.0)
 
     def describe(self, transactional_id: str) -> TxnState | None:

@@ -6,8 +6,7 @@ key of :mod:`kafka_eos_ds.twophase.identity`: ``q:<query id>`` for a stream,
 valued ``{"queryId", "batchId", "state": "decided"|"done"|"abandoned", "transactions":
 [...]}``. Kept in Kafka (not in the checkpoint) so it works for any checkpoint file
 system and survives the loss of the checkpoint. Compaction keeps the latest record per
-writer; a finished job's key is deleted (a tombstone). A record keyed by the bare prefix
-is a stream's decision written before keys named the writer.
+writer; a finished job's key is deleted (a tombstone).
 
 The reader reads backwards from the end in small windows, so a busy shared topic costs
 a window, not a scan. All of a prefix's records live in one partition: the first goes
@@ -42,15 +41,18 @@ from typing import Any, Callable, Mapping
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
-from kafka_eos_ds.kafka.driver_session import SESSIONS
+from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
 from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
 DEFAULT_TOPIC = "_kafka_eos_commit_log"
+# The Kafka sink's decisions: their participants are transactions.
+KafkaDecision = Decision[KafkaHandle]
 WRITE_TIMEOUT_S = 60.0  # how long a decision write may take (its commit_transaction)
 _WINDOW = 256
 # A decision write is one record and a commit. Short, so that a writer that dies in the
@@ -87,15 +89,24 @@ class KafkaDecisionLog:
         The writer family whose producer writes here ('' for a stream's own sink).
     clients : LogClients, optional
         Builds the log's clients (a test hands in its own).
+    sessions : ClientSessions, optional
+        Where the process keeps the log's readers between steps.
+    clock, wall, sleep : callable, optional
+        Monotonic seconds, the wall clock (records' timestamps) and a wait: the sink's
+        runtime's (:mod:`kafka_eos_ds.sink.runtime`).
     """
 
     def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "",
-                 clients: "LogClients" | None = None) -> None:
+                 clients: "LogClients" | None = None, *, sessions: ClientSessions = SESSIONS,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._conf = dict(conf)  # client_config keeps what the commit-log clients need
         self.topic = topic
         self.prefix = prefix
         self.writer = writer
         self._clients = clients or LogClients()
+        self._sessions = sessions
+        self._clock, self._wall, self._sleep = clock, wall, sleep
         self._producer: Any = None
         self._first: Any = None  # the producer fenced when the step began: the one a claim must use
         self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
@@ -141,7 +152,7 @@ class KafkaDecisionLog:
                     if t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values()):
                         partitions = len(t.partitions)
                         break
-                    time.sleep(0.1)
+                    self._sleep(0.1)
             else:
                 partitions = len(existing.partitions)
         except KafkaException as exc:
@@ -189,7 +200,7 @@ class KafkaDecisionLog:
                 "Restarting the query runs it again.", retriable=False)
         self._produce(f"fence:{self.writer}", None, None)
 
-    def write(self, key: str, decision: Decision) -> None:
+    def write(self, key: str, decision: KafkaDecision) -> None:
         value = json.dumps(decision.to_json(), sort_keys=True, separators=(",", ":")).encode()
         # A batch without output stores its progress (sourceGroupId's offsets) with its done
         # record, in this writer's transaction: a plain OffsetCommit would let a driver whose
@@ -252,23 +263,23 @@ class KafkaDecisionLog:
 
     # -- read ---------------------------------------------------------------
 
-    def latest(self, key: str) -> Decision | None:
+    def latest(self, key: str) -> KafkaDecision | None:
         wanted = self._record_key(key)
         # A tombstone of the key ends the search: the writer was forgotten.
-        found = self._search(lambda k, d: k == wanted or (k == self._legacy and _legacy_of(key, d)))
+        found = self._search(lambda k, d: k == wanted)
         return found[1] if found else None
 
-    def latest_of(self, kind: str) -> Decision | None:
+    def latest_of(self, kind: str) -> KafkaDecision | None:
         head = self._record_key(kind + ":")
-        found = self._search(lambda k, d: d is not None and (k.startswith(head) or (k == self._legacy and kind == "q")))
+        found = self._search(lambda k, d: d is not None and k.startswith(head))
         return found[1] if found else None
 
-    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+    def unfinished(self, kind: str) -> list[tuple[str, KafkaDecision]]:
         head = self._record_key(kind + ":")
-        seen: dict[bytes, Decision | None] = {}
-        horizon_ms = (time.time() - JOB_HORIZON_S) * 1000
+        seen: dict[bytes, KafkaDecision | None] = {}
+        horizon_ms = (self._wall() - JOB_HORIZON_S) * 1000
 
-        def collect(record_key: bytes, decision: Decision | None) -> bool:
+        def collect(record_key: bytes, decision: KafkaDecision | None) -> bool:
             if record_key.startswith(head):
                 seen.setdefault(record_key, decision)  # the first seen (backwards) is the latest
             return False
@@ -279,18 +290,14 @@ class KafkaDecisionLog:
     def _record_key(self, key: str) -> bytes:
         return f"{self.prefix}|{key}".encode()
 
-    @property
-    def _legacy(self) -> bytes:
-        return self.prefix.encode()
-
     def _locate(self) -> int:
         if self._partition is None:
             self._search(lambda k, d: False, pin_only=True)
         assert self._partition is not None
         return self._partition
 
-    def _search(self, want: Callable[[bytes, Decision | None], bool], *, since_ms: float | None = None,
-                pin_only: bool = False) -> tuple[bytes, Decision | None] | None:
+    def _search(self, want: Callable[[bytes, KafkaDecision | None], bool], *, since_ms: float | None = None,
+                pin_only: bool = False) -> tuple[bytes, KafkaDecision | None] | None:
         """The latest record of this prefix that ``want(record_key, decision)`` accepts
         (``decision`` None: a tombstone, the writer forgotten), reading backwards, and no
         further back than ``since_ms`` if given:
@@ -305,7 +312,7 @@ class KafkaDecisionLog:
         order += [p for p in range(partitions) if p not in order]
         mine = self._record_key("")
 
-        def search() -> tuple[bytes, Decision | None] | None:
+        def search() -> tuple[bytes, KafkaDecision | None] | None:
             for partition in order:
                 low, end = self._settled_range(partition)
                 pinned = False
@@ -314,7 +321,7 @@ class KafkaDecisionLog:
                     for _offset, record_key, value, ts in reversed(self._read_window(partition, start, end)):
                         if since_ms is not None and 0 <= ts < since_ms:
                             return None
-                        if record_key != self._legacy and not record_key.startswith(mine):
+                        if not record_key.startswith(mine):
                             continue
                         pinned = True
                         self._partition = partition
@@ -329,7 +336,7 @@ class KafkaDecisionLog:
             self._partition = hashed
             return None
 
-        found: tuple[bytes, Decision | None] | None = self._reading(search)
+        found: tuple[bytes, KafkaDecision | None] | None = self._reading(search)
         return found
 
     def position(self) -> int:
@@ -373,9 +380,9 @@ class KafkaDecisionLog:
             self._doubt = exc
             raise
 
-    def _decode(self, record_key: bytes, value: bytes) -> Decision:
+    def _decode(self, record_key: bytes, value: bytes) -> KafkaDecision:
         try:
-            return Decision.from_json(json.loads(value))
+            return Decision.from_json(json.loads(value), KafkaHandle.from_json)
         except (ValueError, KeyError) as exc:
             raise ConfigError(f"The commit-log topic '{self.topic}' holds a record for '{record_key!r}' that is not "
                               f"a kafka_eos decision ({exc}); option 'commitLogTopic' must name a topic used only "
@@ -397,7 +404,7 @@ class KafkaDecisionLog:
                 conf = client_config(self._conf, "commit_log", **{
                     "group.id": reader_group(self.prefix), "enable.auto.commit": False,
                     "isolation.level": isolation, "fetch.wait.max.ms": 10, "enable.partition.eof": True})
-                return self._held.enter_context(SESSIONS.session(conf, self._clients.consumer,
+                return self._held.enter_context(self._sessions.session(conf, self._clients.consumer,
                                                                  kind=(type(self._clients), "log consumer")))
 
             self._readers = (consumer("read_committed"), consumer("read_uncommitted"))
@@ -411,17 +418,17 @@ class KafkaDecisionLog:
         committed, uncommitted = self._consumers()
         tp = TopicPartition(self.topic, partition)
         _, high = uncommitted.get_watermark_offsets(tp, timeout=15, cached=False)
-        deadline = time.monotonic() + SETTLE_S
+        deadline = self._clock() + SETTLE_S
         while True:
             low, stable = committed.get_watermark_offsets(tp, timeout=15, cached=False)
             if stable >= high:
                 return low, stable
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 raise KafkaClientError(
                     f"The commit log '{self.topic}' (partition {partition}) is held back by another writer's open "
                     f"write for more than {SETTLE_S:.0f}s (offsets {stable}..{high} not settled); retrying.",
                     retriable=True)
-            time.sleep(0.05)
+            self._sleep(0.05)
 
     def _read_window(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, Any, int]]:
         """``(offset, key, value, timestamp ms)`` of the committed records in ``[start, end)``."""
@@ -495,12 +502,6 @@ class LogClients:
         from confluent_kafka import Consumer
 
         return Consumer(dict(conf))
-
-
-def _legacy_of(key: str, decision: Decision | None) -> bool:
-    """Whether a record keyed by the bare prefix (a stream's, written before keys named the
-    writer) is ``key``'s."""
-    return decision is not None and key == f"q:{decision.query_id}"
 
 
 def reader_group(prefix: str) -> str:

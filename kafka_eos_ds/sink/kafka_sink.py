@@ -14,38 +14,38 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections import OrderedDict
 from typing import Any, Iterator, Mapping, Sequence, cast
 
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
-from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
-from kafka_eos_ds.kafka.driver_session import SESSIONS, fingerprint
-from kafka_eos_ds.kafka.errors import AuthWatch, mapping_client_errors
-from kafka_eos_ds.kafka.settings import client_config
+from kafka_eos_ds.kafka.driver_session import fingerprint
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-from kafka_eos_ds.sink.messages import KafkaCommitMessage, TransactionHandle
+from kafka_eos_ds.sink.decision_log import KafkaDecision, KafkaDecisionLog
+from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle, KafkaParticipant
+from kafka_eos_ds.sink.metadata import cluster_metadata
 from kafka_eos_ds.sink.participants import (
     MIN_COMMIT_TIMEOUT_MS,
     KafkaFences,
     KafkaTransactions,
     commit_time_needed_s,
 )
+from kafka_eos_ds.sink.runtime import DEFAULT, KafkaRuntime
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.task_writer import write_partition
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
-from kafka_eos_ds.twophase.protocol import DONE, Decision, DoneMark, Participant
+from kafka_eos_ds.twophase.protocol import DONE, Decision, DoneMark
 from kafka_eos_ds.twophase.recovery import check_checkpoint
 from kafka_eos_ds.twophase.retrying import NOTHING_DECIDED, retrying
 from kafka_eos_ds.twophase.writers import Task, TwoPhaseBatchWriter, TwoPhaseStreamWriter
 
 log = logging.getLogger(__name__)
+
+# The committer over the sink's ports: its participants are transactions.
+KafkaCommitter = TwoPhaseCommitter[KafkaHandle]
 
 
 class KafkaSink:
@@ -57,13 +57,16 @@ class KafkaSink:
         The checked options.
     commit_timeout_s : float
         How long a driver step retries what may be transient (a coordinator moving).
+    runtime : KafkaRuntime
+        The process's clock, uuids, thread pool and Kafka clients (:mod:`.runtime`).
     """
 
     message_type = KafkaCommitMessage
 
-    def __init__(self, config: SinkConfig, commit_timeout_s: float) -> None:
+    def __init__(self, config: SinkConfig, commit_timeout_s: float, runtime: KafkaRuntime = DEFAULT) -> None:
         self.config = config
         self.commit_timeout_s = commit_timeout_s
+        self.runtime = runtime
         # The commit log's position once the planner's step was over (None: not read):
         # the tasks hand it to the commit, which refuses the write if its decision writer
         # was claimed from there on (docs/dev/decisions.md, "Every Kafka-sink write's
@@ -76,7 +79,7 @@ class KafkaSink:
         """Check the topic, then recover what the writer's earlier runs left (a stream, an
         app write; other writes recover at their commit, see :mod:`~kafka_eos_ds.twophase.identity`);
         last, read the commit log's position, which the tasks carry to the commit (``read``)."""
-        metadata = self._retry(lambda: cluster_metadata(self.config), "Could not read the cluster's topics")
+        metadata = self._retry(self._metadata, "Could not read the cluster's topics")
         if self.config.topic is not None and self.config.topic not in metadata.topics:
             # A principal without DESCRIBE on a topic does not see it in metadata at all.
             raise ConfigError(f"Topic '{self.config.topic}' (option 'topic') does not exist, or this principal may "
@@ -101,8 +104,7 @@ class KafkaSink:
                 return mark
         # A job or a write inside foreachBatch: its writer is known only to its tasks, but
         # the position is the prefix's (all of its writers' records share one partition).
-        cfg = self.config
-        decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, cfg.prefix or "")
+        decisions = self._decision_log()
         try:
             self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
             self.read = self._position(decisions)
@@ -113,11 +115,11 @@ class KafkaSink:
     # -- executor -----------------------------------------------------------------
 
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
-        return write_partition(self.config, task, mark, items, self.read)
+        return write_partition(self.config, task, mark, items, self.read, self.runtime.partition_writer)
 
     # -- driver -------------------------------------------------------------------
 
-    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[KafkaParticipant | None]) -> None:
         if not self.config.exactly_once:
             return
         progress = self._progress(write)
@@ -125,7 +127,7 @@ class KafkaSink:
             self._check_pinned(cast(KafkaDecisionLog, committer.decisions), write, participants)
             committer.commit(write, participants, progress)
 
-    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
+    def abort(self, write: WriteId | None, participants: Sequence[KafkaParticipant | None],
               spec: WriteSpec) -> None:
         if not self.config.exactly_once:
             return
@@ -147,7 +149,7 @@ class KafkaSink:
         return position
 
     def _check_pinned(self, decisions: KafkaDecisionLog, write: WriteId,
-                      participants: Sequence[Participant | None]) -> None:
+                      participants: Sequence[KafkaParticipant | None]) -> None:
         """Refuse the write undecided if another driver step claimed its decision writer
         after the write's planner (a driver presumed dead that came back, or a second
         query on the prefix): that step may have observed the write's open transactions
@@ -157,8 +159,8 @@ class KafkaSink:
         before the planner's position observed nothing of the write: its tasks began their
         transactions after it."""
         # Every task of the write got the same position; the lowest is the safe one.
-        read = min((r for r in (TransactionHandle.of(p).read for p in participants if p is not None)
-                    if r is not None), default=None)
+        read = min((p.handle.read for p in participants if p is not None and p.handle.read is not None),
+                   default=None)
         if read is None:  # tasks of an older version
             return
         if self._retry(lambda: decisions.claimed_since(read), "Could not read the sink's decisions"):
@@ -185,7 +187,7 @@ class KafkaSink:
         """The streaming query's id from its checkpoint (None where it cannot be read)."""
         return self._retry(checkpoint.query_id, "Could not read the checkpoint") if checkpoint is not None else None
 
-    def _require_decisions(self, committer: TwoPhaseCommitter, write: WriteId, checkpoint: Checkpoint) -> None:
+    def _require_decisions(self, committer: KafkaCommitter, write: WriteId, checkpoint: Checkpoint) -> None:
         """Fail when the checkpoint has committed batches but the commit log has no decision
         of this query: the log was deleted or re-created (or the options naming it
         changed), and recovery would take decided batches for undecided ones and write
@@ -213,7 +215,7 @@ class KafkaSink:
             "the last batch's transactions were decided. See docs/troubleshooting.md, \"The commit log lost its "
             "decisions\".", retriable=False)
 
-    def _adopt(self, committer: TwoPhaseCommitter, write: WriteId, checkpoint: Checkpoint, committed: int) -> None:
+    def _adopt(self, committer: KafkaCommitter, write: WriteId, checkpoint: Checkpoint, committed: int) -> None:
         """Record the checkpoint's latest committed batch done, before any task writes: the
         next batch is then this query's first decision (docs/dev/decisions.md, "Adopting a
         checkpoint"). Refused where the sink sees that an exactly-once writer was here: a
@@ -241,39 +243,52 @@ class KafkaSink:
         log.warning("adopting checkpoint %s: its batches up to %s (written by another sink) are recorded done; "
                     "query %s writes exactly once from batch %s on", checkpoint.location, committed, write.app,
                     committed + 1)
-        adopted = Decision(write.app, committed, DONE)
+        adopted: KafkaDecision = Decision(write.app, committed, DONE)
         self._retry(lambda: committer.decisions.write(write.key, adopted), "Could not record the adopted checkpoint")
 
     @contextlib.contextmanager
-    def _committer(self, write: WriteId, metadata: Any = None) -> Iterator[TwoPhaseCommitter]:
-        cfg = self.config
+    def _committer(self, write: WriteId, metadata: Any = None) -> Iterator[KafkaCommitter]:
+        cfg, rt = self.config, self.runtime
         prefix = cfg.prefix or ""
         # The coordinator client is the process's, kept from its earlier steps (closed if
         # this step raises); the decision log is this step's own, and its writer is fenced
         # anew before any read (docs/dev/decisions.md, "One coordinator client per driver
         # process").
-        with SESSIONS.session(cfg.producer, TransactionCoordinator,
-                              lambda build: self._retry(build, "Could not reach the coordinator"),
-                              on_reuse=lambda kept: kept.refresh()) as coordinator:
-            decisions = KafkaDecisionLog(cfg.producer, cfg.commit_log_topic, prefix, write.writer)
+        with rt.sessions.session(cfg.producer, lambda conf: rt.coordinator(conf, clock=rt.clock, sleep=rt.sleep),
+                                 lambda build: self._retry(build, "Could not reach the coordinator"),
+                                 on_reuse=lambda kept: kept.refresh(), kind=rt.coordinator) as coordinator:
+            decisions = self._decision_log(write.writer)
             try:
                 # The commit-log topic's partitions, from a fresh read of the cluster's topics
                 # (the planner's, or one on the kept metadata client).
                 if metadata is None:
-                    metadata = self._retry(lambda: cluster_metadata(cfg), "Could not read the cluster's topics")
+                    metadata = self._retry(self._metadata, "Could not read the cluster's topics")
                 self._retry(lambda: decisions.ensure_topic(metadata), "Could not read the commit-log topic")
                 # Before any read: a stalled write of an earlier driver cannot land after it.
                 self._retry(decisions.fence_writers, "Could not start the commit-log writer")
-                transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms)
+                transactions = KafkaTransactions(coordinator, prefix, cfg.transaction_timeout_ms, wall=rt.wall)
                 yield TwoPhaseCommitter(decisions, transactions, progress_store=transactions,
                                         fences=KafkaFences(transactions, decisions),
                                         commit_timeout_s=self.commit_timeout_s,
-                                        time_needed_s=commit_time_needed_s(self.commit_timeout_s))
+                                        time_needed_s=commit_time_needed_s(self.commit_timeout_s),
+                                        sleep=rt.sleep, clock=rt.clock, executor=rt.executor)
             finally:
                 decisions.close()
 
+    def _decision_log(self, writer: str = "") -> KafkaDecisionLog:
+        """One step's commit log, of ``writer`` ('' : the prefix's, for its position only)."""
+        cfg, rt = self.config, self.runtime
+        log: KafkaDecisionLog = rt.decision_log(cfg.producer, cfg.commit_log_topic, cfg.prefix or "", writer,
+                                                rt.log_clients(), sessions=rt.sessions, clock=rt.clock,
+                                                wall=rt.wall, sleep=rt.sleep)
+        return log
+
+    def _metadata(self) -> Any:
+        return cluster_metadata(self.config, sessions=self.runtime.sessions, client=self.runtime.metadata_client)
+
     def _retry(self, call: Any, failure: str) -> Any:
-        return retrying(call, failure, self.commit_timeout_s, then=NOTHING_DECIDED)
+        return retrying(call, failure, self.commit_timeout_s, then=NOTHING_DECIDED, sleep=self.runtime.sleep,
+                        clock=self.runtime.clock)
 
     def _progress(self, write: WriteId) -> dict[str, Any] | None:
         group = self.config.source_group_id
@@ -285,41 +300,32 @@ class KafkaSink:
         return progress
 
 
-# Checked options kept per process: Spark builds the writer again in every driver step
-# (and checking builds a librdkafka client); the same options and schema check the same.
-_CHECKED: OrderedDict[str, tuple[SinkConfig, float]] = OrderedDict()
-_CHECKED_KEPT = 8
-_checked_lock = threading.Lock()
-
-
-def sink_of(schema: StructType, options: Mapping[str, Any]) -> KafkaSink:
+def sink_of(schema: StructType, options: Mapping[str, Any], runtime: KafkaRuntime = DEFAULT) -> KafkaSink:
+    """The sink of ``options``, checked once per process (the runtime's ``checked``): Spark
+    builds the writer again in every driver step."""
     key = fingerprint({"schema": schema.json(), **{f"option.{k}".lower(): v for k, v in dict(options).items()}})
-    with _checked_lock:
-        checked = _CHECKED.get(key)
-        if checked is not None:
-            _CHECKED.move_to_end(key)
-    if checked is None:
+
+    def check() -> tuple[SinkConfig, float]:
         config = SinkConfig.from_options(options, schema)  # a refusal is never kept: it is raised each time
         timeout_ms = Options(options).get_int("commitTimeoutMs", 120_000, minimum=MIN_COMMIT_TIMEOUT_MS) or 120_000
-        checked = (config, timeout_ms / 1000)
-        with _checked_lock:
-            _CHECKED[key] = checked
-            while len(_CHECKED) > _CHECKED_KEPT:
-                _CHECKED.popitem(last=False)
-    return KafkaSink(*checked)
+        return config, timeout_ms / 1000
+
+    return KafkaSink(*runtime.checked.get(key, check), runtime=runtime)
 
 
-def stream_writer(schema: StructType, options: Mapping[str, Any]) -> TwoPhaseStreamWriter:
+def stream_writer(schema: StructType, options: Mapping[str, Any],
+                  runtime: KafkaRuntime = DEFAULT) -> TwoPhaseStreamWriter:
     """``df.writeStream.format("kafka_eos")``: exactly-once Kafka sink for streaming queries.
 
     Each task writes its rows in a Kafka transaction and pre-commits it; the driver makes
     the commit decision durable in the commit-log topic, then commits every transaction
     of the batch. Options and columns: docs/sink.md.
     """
-    return TwoPhaseStreamWriter(sink_of(schema, options))
+    return TwoPhaseStreamWriter(sink_of(schema, options, runtime))
 
 
-def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool) -> TwoPhaseBatchWriter:
+def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool,
+                 runtime: KafkaRuntime = DEFAULT) -> TwoPhaseBatchWriter:
     """``df.write.format("kafka_eos")``: all task transactions commit at job commit; inside
     ``foreachBatch`` each write is committed under the stream's micro-batch, and a re-run
     of the micro-batch after a restart adds nothing (docs/sink.md, "foreachBatch")."""
@@ -327,7 +333,7 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
         # As the built-in sink: Kafka topics are appended to, never replaced.
         raise ConfigError("Save mode 'overwrite' is not supported by kafka_eos (a Kafka topic cannot be "
                           "replaced); use mode('append').")
-    sink = sink_of(schema, options)
+    sink = sink_of(schema, options, runtime)
     if sink.config.source_group_id is not None:
         raise ConfigError("Option 'sourceGroupId' applies to streaming queries (it commits each micro-batch's "
                           "source offsets); remove it for df.write.")
@@ -335,35 +341,4 @@ def batch_writer(schema: StructType, options: Mapping[str, Any], overwrite: bool
         raise ConfigError("Option 'adoptCheckpoint' applies to streaming queries (it takes over a query's "
                           "checkpoint); remove it for df.write.")
     return TwoPhaseBatchWriter(sink, options)
-
-
-class MetadataClient:
-    """An admin client that reads the cluster's topics, with its error watch. The driver
-    process keeps it between steps, like its coordinator client (:mod:`~kafka_eos_ds.kafka.driver_session`):
-    a new one paid a bootstrap connection in every planner and commit step (~15 ms each on
-    loopback, a TLS or SASL handshake more on a secured cluster)."""
-
-    def __init__(self, settings: Mapping[str, Any]) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        self.watch = AuthWatch()
-        self.conf = client_config(settings, "sink_metadata", error_cb=self.watch)
-        self.admin = AdminClient(self.conf)
-
-    def topics(self, timeout_s: float) -> Any:
-        self.watch.error = None  # an error an earlier step saw explains nothing now
-        with mapping_client_errors("read the cluster's topics", self.conf, watch=self.watch, client=self.admin):
-            # All topics, not the one topic: a metadata request naming it could auto-create it.
-            return self.admin.list_topics(timeout=timeout_s)
-
-    def close(self) -> None:
-        del self.admin  # librdkafka destroys the client with its last reference
-
-
-def cluster_metadata(config: SinkConfig, timeout_s: float = 15.0) -> Any:
-    """The cluster's topics and brokers (confluent-kafka ClusterMetadata), fresh, through
-    the process's kept :class:`MetadataClient`."""
-    with SESSIONS.session(config.producer, MetadataClient) as client:
-        return client.topics(timeout_s)
-
 

@@ -1,5 +1,5 @@
 """What a sink task reports to the driver: :class:`KafkaCommitMessage`, and the
-participant handle it becomes in a decision: :class:`TransactionHandle`."""
+participant handle it becomes: :class:`KafkaHandle`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class KafkaCommitMessage(WriterCommitMessage):
     ``transactional_id`` is None when the task opened no transaction (no rows, a re-run
     of a batch already committed, or ``at_least_once``); ``family`` still names the ids
     its earlier attempts used, which the commit fences. ``read``: the commit log's
-    position its planner read (:attr:`TransactionHandle.read`).
+    position its planner read (:attr:`KafkaHandle.read`).
     """
 
     write: WriteId
@@ -32,20 +32,21 @@ class KafkaCommitMessage(WriterCommitMessage):
     epoch: int = -1
     read: int | None = None
 
-    def participant(self) -> Participant:
+    def participant(self) -> KafkaParticipant:
         return Participant(self.transactional_id or "", self.partition, self.attempt,
                            self.records if self.transactional_id else 0,
-                           TransactionHandle(self.producer_id, self.epoch, self.family, self.read).to_json())
+                           KafkaHandle(self.producer_id, self.epoch, self.family, self.read))
 
 
 @dataclass(frozen=True)
-class TransactionHandle:
+class KafkaHandle:
     """What the driver needs to commit a task's transaction from another process: the
     producer id and epoch it ran under (-1 without one), the family of ids its task's
     attempts use, and ``read``, the commit log's position the write's planner read
     before any task began (None: a task of an older version): the commit refuses the
     write if its writer was claimed from there on. A decision stores it as the
-    participant's JSON ``handle``; this is the one place that reads it back."""
+    participant's JSON ``handle``: :meth:`to_json` writes it, :meth:`from_json` (the
+    decision log's decoder) is the one place that reads it back."""
 
     producer_id: int
     epoch: int
@@ -59,11 +60,11 @@ class TransactionHandle:
         return out
 
     @classmethod
-    def of(cls, participant: Participant) -> TransactionHandle:
-        return cls.from_json(participant.handle)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TransactionHandle:
+    def from_json(cls, data: Mapping[str, Any]) -> KafkaHandle:
         read = data.get("read")
         return cls(int(data["producer_id"]), int(data["epoch"]), str(data.get("family", "")),
                    int(read) if read is not None else None)
+
+
+# A participant of the Kafka sink: a transaction, known by its :class:`KafkaHandle`.
+KafkaParticipant = Participant[KafkaHandle]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.coordinator import (
@@ -43,9 +43,9 @@ from kafka_eos_ds.kafka.coordinator import (
 from kafka_eos_ds.sink import source_progress, transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S, WRITER_TIMEOUT_MS, KafkaDecisionLog
-from kafka_eos_ds.sink.messages import TransactionHandle
+from kafka_eos_ds.sink.messages import KafkaParticipant
 from kafka_eos_ds.twophase.identity import WriteId
-from kafka_eos_ds.twophase.protocol import Instance, Outcome, Participant
+from kafka_eos_ds.twophase.protocol import Instance, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +81,16 @@ def commit_time_needed_s(commit_timeout_s: float) -> float:
 class KafkaTransactions:
     """Commits, fences and lists the transactions of one sink (one ``transactionalIdPrefix``)."""
 
-    def __init__(self, coordinator: TransactionCoordinator, prefix: str, transaction_timeout_ms: int) -> None:
+    def __init__(self, coordinator: TransactionCoordinator, prefix: str, transaction_timeout_ms: int,
+                 wall: Callable[[], float] = time.time) -> None:
         self.coordinator = coordinator
+        self._wall = wall  # compared with the coordinator's transaction start times
         self.prefix = prefix
         self.transaction_timeout_ms = transaction_timeout_ms
         self._untold: dict[str, TxnState | None] = {}  # what the coordinator showed, per unknown outcome
 
-    def commit(self, participant: Participant) -> Outcome:
-        pid, epoch = _producer(participant)
+    def commit(self, participant: KafkaParticipant) -> Outcome:
+        pid, epoch = participant.handle.producer_id, participant.handle.epoch
         outcome = classify_end_txn(self.coordinator.end_txn(participant.id, pid, epoch, commit=True))
         if outcome is None:
             state = self.coordinator.describe(participant.id)
@@ -99,9 +101,9 @@ class KafkaTransactions:
                             participant.id, pid, epoch, _shown(state))
         return outcome
 
-    def carry(self, progress: Mapping[str, Any], participant: Participant) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: KafkaParticipant) -> None:
         group, offsets = str(progress["group"]), progress["offsets"]
-        pid, epoch = _producer(participant)
+        pid, epoch = participant.handle.producer_id, participant.handle.epoch
         # Only into the transaction itself: once it is past Ongoing, the offsets either
         # went with it or it is finished, and AddOffsetsToTxn would open a new one.
         if _in_state(self.coordinator.describe(participant.id), TxnStatus.ONGOING, pid, epoch):
@@ -118,8 +120,8 @@ class KafkaTransactions:
                     f"source topics {sorted(offsets)}, or remove 'sourceGroupId'. This batch was not committed; "
                     "nothing of it is in the output.") from exc
 
-    def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
-        pid, epoch = _producer(first)
+    def started(self, progress: Mapping[str, Any], first: KafkaParticipant) -> bool | None:
+        pid, epoch = first.handle.producer_id, first.handle.epoch
         state = self.coordinator.describe(first.id)
         if state is not None and (state.producer_id, state.producer_epoch) == (pid, epoch):
             # The coordinator still holds our transaction: its state is the answer.
@@ -128,7 +130,7 @@ class KafkaTransactions:
         # a commit): the group's offsets, which rode in the transaction, tell.
         return source_progress.compare(progress["offsets"], self.coordinator.group_offsets(str(progress["group"])))
 
-    def abandoned_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+    def abandoned_message(self, progress: Mapping[str, Any], first: KafkaParticipant) -> str:
         return (f"The consumer group '{progress['group']}' (option 'sourceGroupId') holds offsets before the batch's "
                 f"end offsets {dict(progress['offsets'])}. Usually the broker's timeout aborted it: the sink option "
                 f"'kafka.transaction.timeout.ms' (now {self.transaction_timeout_ms} ms, at most the broker's "
@@ -156,14 +158,14 @@ class KafkaTransactions:
                 f"offsets {dict(offsets)} "
                 "(docs/troubleshooting.md, \"A new query cannot start where the output ends\").")
 
-    def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+    def unknown_message(self, progress: Mapping[str, Any], first: KafkaParticipant) -> str:
         group = progress["group"]
         return (f"the coordinator no longer knows its first transaction {first.id} as it ran, and the consumer "
                 f"group '{group}' (option 'sourceGroupId') holds neither the batch's end offsets "
                 f"{dict(progress['offsets'])} nor offsets before them (docs/troubleshooting.md, "
                 "\"Cannot tell whether a lost checkpoint's last batch had started to commit\").")
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
+    def unfit(self, participants: Sequence[KafkaParticipant], time_needed_s: float) -> str | None:
         # One DescribeTransactions per coordinator. The time left is counted on the
         # broker's clock (the transaction's start) against ours: clock skew between the
         # driver and the brokers eats into the margin.
@@ -173,7 +175,7 @@ class KafkaTransactions:
         # it. With a timeout that short, a commit that needs its whole retry budget can still
         # be lost (docs/fault-tolerance.md says which timeouts cover it).
         needed_ms = min(time_needed_s * 1000, self.transaction_timeout_ms / 2)
-        now_ms = time.time() * 1000
+        now_ms = self._wall() * 1000
         problems = [problem for p in participants
                     if (problem := _unfit(p, states.get(p.id), needed_ms, now_ms)) is not None]
         if not problems:
@@ -185,8 +187,8 @@ class KafkaTransactions:
                 "bound the batch (docs/troubleshooting.md, "
                 "\"Batch N was not committed: transactions can no longer be committed\").")
 
-    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
-        seen = "; ".join(f"{p.id} ran under producer {_producer(p)[0]} epoch {_producer(p)[1]}, "
+    def unknown_outcome_message(self, participants: Sequence[KafkaParticipant]) -> str:
+        seen = "; ".join(f"{p.id} ran under producer {p.handle.producer_id} epoch {p.handle.epoch}, "
                          f"{_shown(self._untold.get(p.id))}" for p in participants)
         return (f"{seen}; each fits an abort (the broker's timeout, sink option 'kafka.transaction.timeout.ms', "
                 f"now {self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms'; or another "
@@ -224,7 +226,7 @@ class KafkaTransactions:
         ids = [tid for tid, _pid, state in listed
                if state == TxnStatus.ONGOING and transactional_ids.in_families(self.prefix, tid, _JOBS)
                and not transactional_ids.in_families(self.prefix, tid, write.family)]
-        now_ms = time.time() * 1000
+        now_ms = self._wall() * 1000
         least_s = commit_time_needed_s(MIN_COMMIT_TIMEOUT_MS / 1000)
         return [Instance(tid, f"{state.producer_id}/{state.producer_epoch}")
                 for tid, state in self.coordinator.describe_many(ids).items()
@@ -241,11 +243,11 @@ class KafkaTransactions:
             self.coordinator.fence(transactional_ids.decision_writer(self.prefix, family),
                                    min(WRITER_TIMEOUT_MS, self.transaction_timeout_ms))
 
-    def superseded(self, participant: Participant) -> Sequence[str]:
+    def superseded(self, participant: KafkaParticipant) -> Sequence[str]:
         # Also for a participant without a transaction of its own (no rows): the
         # earlier attempts of its task may still hold theirs open.
         parsed = transactional_ids.parse(self.prefix, participant.id) if participant.id else None
-        family = parsed.family if parsed is not None else TransactionHandle.of(participant).family
+        family = parsed.family if parsed is not None else participant.handle.family
         return transactional_ids.lower_attempts(self.prefix, participant.partition, participant.attempt, family)
 
     def open_ids(self, write: WriteId) -> Sequence[str]:
@@ -266,7 +268,7 @@ class KafkaTransactions:
                                                     open_only=False)
         return [tid for tid, _pid, _state in listed if transactional_ids.in_families(self.prefix, tid, families)]
 
-    def lost_message(self, participants: Sequence[Participant]) -> str:
+    def lost_message(self, participants: Sequence[KafkaParticipant]) -> str:
         return ("Usually the broker's timeout aborted them: the sink option 'kafka.transaction.timeout.ms' (now "
                 f"{self.transaction_timeout_ms} ms, at most the broker's 'transaction.max.timeout.ms') must cover a "
                 "batch's write and commit. A streaming query's every restart fails the same way until the batch's "
@@ -298,7 +300,7 @@ class KafkaFences:
         self.transactions.shut_out(instances)
 
 
-def _warn_last_epoch(participants: Sequence[Participant]) -> None:
+def _warn_last_epoch(participants: Sequence[KafkaParticipant]) -> None:
     """Every task initialises its id once per batch, so an id reaches the last epoch every
     ~32,000 batches. Committing such a transaction is fine; fencing it or its timeout
     abort is not on brokers before 4.1.0 with transaction version 2, which overflow the
@@ -306,7 +308,7 @@ def _warn_last_epoch(participants: Sequence[Participant]) -> None:
     where the driver sees every task's epoch at no cost, so a hang has its explanation
     in the driver's log."""
     for p in participants:
-        pid, epoch = _producer(p)
+        pid, epoch = p.handle.producer_id, p.handle.epoch
         if epoch >= LAST_EPOCH:
             log.warning("%s runs at producer epoch %d, the last before its producer id %d is replaced. On brokers "
                         "before Apache Kafka 4.1.0 with the transaction.version feature at 2, aborting this "
@@ -322,15 +324,9 @@ def _shown(state: TxnState | None) -> str:
     return f"its coordinator now shows producer {state.producer_id} epoch {state.producer_epoch}, {state.state}"
 
 
-def _producer(participant: Participant) -> tuple[int, int]:
-    """The producer id and epoch the task's transaction ran under."""
-    handle = TransactionHandle.of(participant)
-    return handle.producer_id, handle.epoch
-
-
-def _unfit(participant: Participant, state: TxnState | None, needed_ms: float, now_ms: float) -> str | None:
+def _unfit(participant: KafkaParticipant, state: TxnState | None, needed_ms: float, now_ms: float) -> str | None:
     """Why ``participant`` cannot be committed now, or None."""
-    pid, epoch = _producer(participant)
+    pid, epoch = participant.handle.producer_id, participant.handle.epoch
     if state is None:
         return f"{participant.id}: unknown to its coordinator"
     if (state.producer_id, state.producer_epoch) != (pid, epoch):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import threading
 from itertools import islice, repeat
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.errors import AuthWatch, producer_error
@@ -84,13 +84,15 @@ class _Stats:
 
 
 def write_partition(config: SinkConfig, task: Task, mark: DoneMark, items: Iterable[Any],
-                    read: int | None = None) -> KafkaCommitMessage:
+                    read: int | None = None, writers: Callable[..., Any] | None = None) -> KafkaCommitMessage:
     """One task: its rows in one transaction, pre-committed; the message for the driver,
-    which carries ``read`` (the commit log's position the planner read) to the commit."""
+    which carries ``read`` (the commit log's position the planner read) to the commit.
+    ``writers`` builds the task's producer (default :class:`_PartitionWriter`; the sink
+    hands in its runtime's)."""
     family = task.write.family
     if config.exactly_once and already_decided(mark, task, items):
         return KafkaCommitMessage(task.write, task.partition, task.attempt, 0, family, read=read)
-    writer = _PartitionWriter(config, task.partition, task.attempt, family)
+    writer: _PartitionWriter = (writers or _PartitionWriter)(config, task.partition, task.attempt, family)
     records = run_task(writer, items, task)
     return KafkaCommitMessage(task.write, task.partition, task.attempt, records, family, writer.transactional_id,
                               *(writer.pid_epoch or (-1, -1)), read=read)

@@ -10,7 +10,8 @@ and ``viewfs://``, :mod:`.s3` (``boto3``) for ``s3a://``/``s3://``; and, for rea
 
 The three differ where the sink needs them to: a local disk and HDFS rename a file in
 one step and can refuse to replace one (``renames``: pending -> final is a rename); S3
-cannot rename, and a multipart upload is its pending state (:class:`.s3.S3Store`). All
+cannot rename, and a multipart upload is its pending state (:class:`.s3.S3Store`). The
+file sink chooses its staging from this once (``filesink.staging.staging_of``). All
 three create a small file only if it is absent, atomically (``put(new=True)``), which is
 what the sink's numbered decisions stand on.
 
@@ -27,7 +28,7 @@ otherwise, at each store's boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, TypeGuard
 from urllib.parse import urlparse
 
 from kafka_eos_ds.errors import ConfigError
@@ -124,6 +125,12 @@ class RenameStore(Store, Protocol):
         """Create directory ``path`` and its parents (there already: no error)."""
 
 
+def renaming(store: Store) -> TypeGuard[RenameStore]:
+    """Whether ``store`` moves a pending file to its final name by rename (local, HDFS); the
+    file sink's staging is chosen from it, once (``filesink.staging.staging_of``)."""
+    return store.renames
+
+
 def readable(location: str) -> bool:
     """Whether the sink can read files at ``location`` (its scheme; the client may still
     have to be installed)."""
@@ -143,16 +150,17 @@ def checkpoint_files(location: str, options: StorageOptions | None = None) -> tu
     return locate(location, options)
 
 
-def locate(location: str, options: StorageOptions | None = None, what: str = "The checkpoint location") \
-        -> tuple[Store, str]:
+def locate(location: str, options: StorageOptions | None = None, what: str = "The checkpoint location",
+           local: Callable[[], Store] | None = None) -> tuple[Store, str]:
     """The store holding ``location`` and the path within it (ConfigError for a scheme
-    the sink cannot write, naming ``what`` and the schemes it can)."""
+    the sink cannot write, naming ``what`` and the schemes it can). ``local`` builds the
+    store of a local path (default: a :class:`~.local.LocalStore` on the process's ``os``)."""
     parsed = urlparse(location)
     scheme = parsed.scheme.lower()
     if scheme in LOCAL or (len(scheme) == 1 and location[1:3] in (":\\", ":/")):  # a Windows drive
         from kafka_eos_ds.storage.local import LocalStore
 
-        return LocalStore(), parsed.path if scheme == "file" else location
+        return (local or LocalStore)(), parsed.path if scheme == "file" else location
     if scheme in HDFS:
         from kafka_eos_ds.storage.hdfs import HdfsStore
 

@@ -4,27 +4,27 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Generic, Iterable
 
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.identity import WriteId
-from kafka_eos_ds.twophase.protocol import DECIDED, Participant
+from kafka_eos_ds.twophase.protocol import DECIDED, H, Participant
 from kafka_eos_ds.twophase.recovery import plan_abort
 from kafka_eos_ds.twophase.steps import Steps
 
 log = logging.getLogger(__name__)
 
 
-class Aborting:
+class Aborting(Generic[H]):
     """The abort sweep over ``steps``; ``abort_grace_s``, ``sleep``, ``clock``: as
     :class:`~.committer.TwoPhaseCommitter`."""
 
-    def __init__(self, steps: Steps, abort_grace_s: float, sleep: Callable[[float], None],
+    def __init__(self, steps: Steps[H], abort_grace_s: float, sleep: Callable[[float], None],
                  clock: Callable[[], float]) -> None:
         self.steps, self.ports = steps, steps.ports
         self.abort_grace_s, self._sleep, self._clock = abort_grace_s, sleep, clock
 
-    def abort(self, write: WriteId | None, messages: Iterable[Participant | None],
+    def abort(self, write: WriteId | None, messages: Iterable[Participant[H] | None],
               fallback: WriteId | None = None) -> None:
         """:meth:`.committer.TwoPhaseCommitter.abort`."""
         messages = list(messages)

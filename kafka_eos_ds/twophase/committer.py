@@ -27,7 +27,8 @@ ports with their retry policy (:mod:`.ports`); a failed batch write's message is
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Generic, Iterable, Mapping
 
 from kafka_eos_ds.twophase.aborting import Aborting
 from kafka_eos_ds.twophase.committing import Committing
@@ -39,15 +40,17 @@ from kafka_eos_ds.twophase.protocol import (
     DecisionLog,
     DoneMark,
     Fences,
+    H,
     Participant,
     Participants,
     ProgressStore,
 )
 from kafka_eos_ds.twophase.recovering import Recovering
+from kafka_eos_ds.twophase.runtime import Pool
 from kafka_eos_ds.twophase.steps import Steps
 
 
-class TwoPhaseCommitter:
+class TwoPhaseCommitter(Generic[H]):
     """Drives decide -> commit -> done for the writers of one sink.
 
     Parameters
@@ -85,14 +88,17 @@ class TwoPhaseCommitter:
         the decision is recorded done (the file sink: register the batch's partitions in
         a metastore). It must be idempotent: a restart that finishes the decision runs it
         again, so a crash between the last commit and ``done`` never skips it.
+    sleep, clock, executor : callable, optional
+        The process's: a sink hands in its runtime's (:class:`~.runtime.Runtime`).
     """
 
-    def __init__(self, decisions: DecisionLog, participants: Participants, *,
-                 progress_store: ProgressStore | None = None, commit_timeout_s: float = 120.0,
+    def __init__(self, decisions: DecisionLog[H], participants: Participants[H], *,
+                 progress_store: ProgressStore[H] | None = None, commit_timeout_s: float = 120.0,
                  parallelism: int = 8, abort_grace_s: float = 3.0, time_needed_s: float = 15.0,
-                 streams_share_ids: bool = True, publish: Callable[[Decision], None] | None = None,
+                 streams_share_ids: bool = True, publish: Callable[[Decision[H]], None] | None = None,
                  fences: Fences | None = None, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 executor: Callable[[int], Pool] = ThreadPoolExecutor) -> None:
         self.decisions = decisions
         self.participants = participants
         self.progress_store = progress_store
@@ -105,16 +111,17 @@ class TwoPhaseCommitter:
         self.fences = fences
         self._sleep = sleep
         self._clock = clock
+        self._executor = executor
 
     # The roles are built for each call from the attributes above, which callers read
     # (and tests replace): a role holds no state of its own.
 
-    def _steps(self) -> Steps:
+    def _steps(self) -> Steps[H]:
         retry = Retry(self.commit_timeout_s, self._sleep, self._clock)
         ports = Ports(self.decisions, self.participants, self.progress_store, self.fences, self.publish, retry)
-        return Steps(ports, self.parallelism)
+        return Steps(ports, self.parallelism, self._executor)
 
-    def _recovering(self, steps: Steps) -> Recovering:
+    def _recovering(self, steps: Steps[H]) -> Recovering[H]:
         return Recovering(steps, self.streams_share_ids)
 
     # -- before the tasks (the planner) ------------------------------------------
@@ -127,7 +134,7 @@ class TwoPhaseCommitter:
         sink's latest stream decision, whoever's."""
         return self._recovering(self._steps()).recover(write, known_query)
 
-    def commit_decided(self, decision: Decision) -> None:
+    def commit_decided(self, decision: Decision[H]) -> None:
         """Commit ``decision``'s participants (with its progress) and nothing else: no
         decision is written, nothing is fenced. For an operator finishing what a stopped
         driver decided (the writer's own next step records it done)."""
@@ -138,7 +145,7 @@ class TwoPhaseCommitter:
 
     # -- after the tasks ----------------------------------------------------------
 
-    def commit(self, write: WriteId, messages: Iterable[Participant | None],
+    def commit(self, write: WriteId, messages: Iterable[Participant[H] | None],
                progress: Mapping[str, Any] | None = None) -> None:
         """Commit a write; ``progress`` (what a stream's batch consumed) commits with its
         first participant."""
@@ -146,7 +153,7 @@ class TwoPhaseCommitter:
         Committing(steps, self._recovering(steps), self.time_needed_s, self.streams_share_ids).commit(
             write, messages, progress)
 
-    def abort(self, write: WriteId | None, messages: Iterable[Participant | None],
+    def abort(self, write: WriteId | None, messages: Iterable[Participant[H] | None],
               fallback: WriteId | None = None) -> None:
         """Fence what an undecided write left open; a decided one is left to recovery.
         ``write`` None: no task reported; ``fallback`` names the ids its tasks would use."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Generic, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.identity import Kind, WriteId
 from kafka_eos_ds.twophase.outcome_messages import batch_write_failed, final_state
-from kafka_eos_ds.twophase.protocol import DONE, Decision, Participant
+from kafka_eos_ds.twophase.protocol import DONE, Decision, H, Participant
 from kafka_eos_ds.twophase.recovering import Recovering
 from kafka_eos_ds.twophase.recovery import plan_write, stream_target
 from kafka_eos_ds.twophase.steps import Steps
@@ -20,15 +20,16 @@ from kafka_eos_ds.twophase.steps import Steps
 log = logging.getLogger(__name__)
 
 
-class Committing:
+class Committing(Generic[H]):
     """The commit over ``steps`` (a job's clean-up of other jobs by ``recovering``);
     ``time_needed_s``, ``streams_share_ids``: as :class:`~.committer.TwoPhaseCommitter`."""
 
-    def __init__(self, steps: Steps, recovering: Recovering, time_needed_s: float, streams_share_ids: bool) -> None:
+    def __init__(self, steps: Steps[H], recovering: Recovering[H], time_needed_s: float,
+                 streams_share_ids: bool) -> None:
         self.steps, self.ports, self.recovering = steps, steps.ports, recovering
         self.time_needed_s, self.streams_share_ids = time_needed_s, streams_share_ids
 
-    def commit(self, write: WriteId, messages: Iterable[Participant | None],
+    def commit(self, write: WriteId, messages: Iterable[Participant[H] | None],
                progress: Mapping[str, Any] | None = None) -> None:
         """:meth:`.committer.TwoPhaseCommitter.commit`."""
         messages = list(messages)
@@ -107,7 +108,7 @@ class Committing:
         faults.check("driver-after-done", batch=batch)
         self._forget_job(write)
 
-    def _check_fit(self, decision: Decision) -> None:
+    def _check_fit(self, decision: Decision[H]) -> None:
         """Refuse to decide a write one of whose participants can no longer commit.
 
         Decided, such a write would end partly committed (the others commit, that one is
@@ -120,7 +121,7 @@ class Committing:
                 f"Batch {decision.batch_id} of {decision.query_id} was not committed: {problem} "
                 "Nothing of the batch is visible; restarting the query runs it again.", retriable=True)
 
-    def _strays(self, write: WriteId, decision: Decision, superseded: Sequence[str]) -> list[str]:
+    def _strays(self, write: WriteId, decision: Decision[H], superseded: Sequence[str]) -> list[str]:
         """What to fence once ``decision`` is committed: the superseded ids, and every id
         of the writer still open. Only the write just committed can be decided and
         unfinished here (an earlier decision was finished first), and its participants are
@@ -131,7 +132,7 @@ class Committing:
         still_open = self.ports.participants.open_ids(write)
         return sorted((set(superseded) - decided) | set(still_open))
 
-    def _batch_write_failed(self, write: WriteId, decision: Decision, exc: Exception) -> KafkaEosError:
+    def _batch_write_failed(self, write: WriteId, decision: Decision[H], exc: Exception) -> KafkaEosError:
         """The error of a batch write (JOB, APP) whose commit failed after its decision
         (:mod:`.outcome_messages`). A job's outcome known to be final (lost, or no longer
         to be told) is recorded here, so that no later job on the prefix fails on it again
@@ -144,7 +145,7 @@ class Committing:
             self._record_final(write.key, decision.with_state(final))
         return batch_write_failed(exc, job, write.app, write.version)
 
-    def _record_final(self, key: str, decision: Decision) -> None:
+    def _record_final(self, key: str, decision: Decision[H]) -> None:
         """Record a batch write's final outcome; if that fails too, the next writer on the
         prefix finds the decision unfinished and records it (failing once, as it did before)."""
         try:
@@ -152,7 +153,7 @@ class Committing:
         except KafkaEosError as exc:
             log.warning("could not record how %s ended (%s); the next write on the prefix records it", key, exc)
 
-    def _record_done(self, write: WriteId, decision: Decision) -> None:
+    def _record_done(self, write: WriteId, decision: Decision[H]) -> None:
         """Record the write's decision done. Another batch job's commit finishes the
         decisions it finds unfinished (:meth:`.recovering.Recovering.finish_jobs`) and
         cannot tell a live job from a dead one, so a job may find its own decision recorded
@@ -177,7 +178,7 @@ class Committing:
                 log.warning("job %s is committed, but its record could not be dropped: %s", write.app, exc)
 
 
-def _finished_by_another(latest: Decision | None, decision: Decision) -> bool:
+def _finished_by_another(latest: Decision[H] | None, decision: Decision[H]) -> bool:
     """``latest`` is ``decision`` recorded done (by another job's commit)."""
     return (latest is not None and latest.state == DONE and latest.query_id == decision.query_id
             and latest.batch_id == decision.batch_id

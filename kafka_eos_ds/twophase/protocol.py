@@ -37,8 +37,8 @@ that job's decision writer shut out before the decisions are read (``Fences.shut
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from kafka_eos_ds.twophase.identity import WriteId
@@ -65,8 +65,23 @@ DONE = DecisionState.DONE
 ABANDONED = DecisionState.ABANDONED
 
 
+class Handle(Protocol):
+    """What a sink needs to commit a participant from another process: a frozen value of
+    the sink's own type (the Kafka sink's ``sink.messages.KafkaHandle``, the file sink's
+    ``filesink.handles.StagedFiles``), encoded as JSON only where a decision is written."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The handle as stored in a decision (the sink's decoder reads it back)."""
+
+
+# A sink's handle type: every port of one committer speaks the same one.
+H = TypeVar("H", bound=Handle)
+# Reads a participant's stored ``handle`` back (the sink's decoder, handed to ``from_json``).
+Decode = Callable[[Mapping[str, Any]], H]
+
+
 @dataclass(frozen=True)
-class Participant:
+class Participant(Generic[H]):
     """One pre-committed unit of work, as a task reports it to the driver.
 
     Attributes
@@ -77,29 +92,30 @@ class Participant:
         The Spark task that produced it.
     records : int
         How many records it holds (0: nothing to commit, no transaction opened).
-    handle : Mapping
-        What the sink needs to commit it from another process, as JSON; each sink reads
-        it through its own typed view (the Kafka sink's ``sink.messages.TransactionHandle``,
-        the file sink's ``filesink.handles.StagedFile``).
+    handle : Handle
+        What the sink needs to commit it from another process (:class:`Handle`): decoded
+        once, where a task's message becomes a participant or a decision is read, and
+        encoded once, where a decision is written.
     """
 
     id: str
     partition: int
     attempt: int
     records: int
-    handle: Mapping[str, Any] = field(default_factory=dict)
+    handle: H
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "handle": dict(self.handle)}
+        return {"id": self.id, "partition": self.partition, "attempt": self.attempt, "records": self.records,
+                "handle": self.handle.to_json()}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Participant":
+    def from_json(cls, data: Mapping[str, Any], decode: Decode[H]) -> "Participant[H]":
         return cls(str(data["id"]), int(data["partition"]), int(data["attempt"]), int(data["records"]),
-                   dict(data.get("handle") or {}))
+                   decode(data.get("handle") or {}))
 
 
 @dataclass(frozen=True)
-class Decision:
+class Decision(Generic[H]):
     """The durable record of one write's outcome: ``decided`` (commit them all), ``done``,
     or ``abandoned``; one latest record per writer (see :mod:`.identity`).
 
@@ -119,7 +135,7 @@ class Decision:
     query_id: str
     batch_id: int
     state: DecisionState
-    participants: tuple[Participant, ...] = ()
+    participants: tuple[Participant[H], ...] = ()
     progress: Mapping[str, Any] | None = None
     write: int = 0
     run: str | None = None
@@ -130,7 +146,7 @@ class Decision:
     def same_batch(self, query_id: str, batch_id: int) -> bool:
         return self.query_id == query_id and self.batch_id == int(batch_id)
 
-    def with_state(self, state: DecisionState) -> "Decision":
+    def with_state(self, state: DecisionState) -> "Decision[H]":
         return replace(self, state=state)
 
     def to_json(self) -> dict[str, Any]:
@@ -145,9 +161,10 @@ class Decision:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Decision":
+    def from_json(cls, data: Mapping[str, Any], decode: Decode[H]) -> "Decision[H]":
+        """The decision stored as ``data``; ``decode`` reads each participant's handle."""
         return cls(str(data["queryId"]), int(data["batchId"]), DecisionState(str(data["state"])),
-                   tuple(Participant.from_json(p) for p in data.get("transactions") or ()),
+                   tuple(Participant.from_json(p, decode) for p in data.get("transactions") or ()),
                    data.get("progress"), int(data.get("write", 0)), data.get("run"), int(data.get("writes", 1)),
                    {str(k): int(v) for k, v in (data.get("runs") or {}).items()},
                    bool(data.get("progressAttached", False)))
@@ -196,23 +213,23 @@ class Outcome(enum.Enum):
     UNKNOWN = "unknown"      # can no longer be told (the evidence is gone): fail loudly, never guess
 
 
-class DecisionLog(Protocol):
+class DecisionLog(Protocol[H]):
     """Where a sink's decisions are kept, one latest decision per writer key (Kafka: a
     compacted topic; files: a JSON file per writer). Keys are ``"<kind>:<app>"``
     (:attr:`.identity.WriteId.key`)."""
 
-    def latest(self, key: str) -> Decision | None:
+    def latest(self, key: str) -> Decision[H] | None:
         """The most recent decision of writer ``key``, or None if it never decided."""
 
-    def latest_of(self, kind: str) -> Decision | None:
+    def latest_of(self, kind: str) -> Decision[H] | None:
         """The most recent decision of any writer of ``kind`` on this sink (for a stream:
         which query wrote last with this sink's ids), or None."""
 
-    def unfinished(self, kind: str) -> list[tuple[str, Decision]]:
+    def unfinished(self, kind: str) -> list[tuple[str, Decision[H]]]:
         """``(key, decision)`` of every writer of ``kind`` whose latest decision is still
         ``decided`` (a job that stopped between its decision and its end)."""
 
-    def write(self, key: str, decision: Decision) -> None:
+    def write(self, key: str, decision: Decision[H]) -> None:
         """Store ``decision`` as writer ``key``'s latest, durably; returns only once a
         restarted query would read it. A ``done`` decision without participants that
         carries ``progress`` (a batch with no output) stores that progress in the same
@@ -224,13 +241,13 @@ class DecisionLog(Protocol):
         """Drop writer ``key``'s record (a finished job: nothing will ever ask for it)."""
 
 
-class Participants(Protocol):
+class Participants(Protocol[H]):
     """The driver's hold on a sink's participants (Kafka: transactions; files: pending files)."""
 
-    def commit(self, participant: Participant) -> Outcome:
+    def commit(self, participant: Participant[H]) -> Outcome:
         """Commit one pre-committed participant (idempotent: committed twice is COMMITTED)."""
 
-    def unfit(self, participants: Sequence[Participant], time_needed_s: float) -> str | None:
+    def unfit(self, participants: Sequence[Participant[H]], time_needed_s: float) -> str | None:
         """Why some of ``participants`` cannot be committed any more, or None when all can.
 
         Asked before a batch is decided: each must still be open as its task left it
@@ -241,38 +258,38 @@ class Participants(Protocol):
     def fence(self, participant_id: str) -> None:
         """Abort whatever is open under ``participant_id`` and shut out its writer."""
 
-    def superseded(self, participant: Participant) -> Sequence[str]:
+    def superseded(self, participant: Participant[H]) -> Sequence[str]:
         """Ids of earlier attempts that ``participant``'s task replaced (fenced at commit)."""
 
     def open_ids(self, write: "WriteId") -> Sequence[str]:
         """Ids of ``write``'s writer that hold open (uncommitted, unaborted) work right now
         (for a write inside foreachBatch: of every run of its stream)."""
 
-    def lost_message(self, participants: Sequence[Participant]) -> str:
+    def lost_message(self, participants: Sequence[Participant[H]]) -> str:
         """Why decided participants can be lost and which settings to check (for the error)."""
 
-    def unknown_outcome_message(self, participants: Sequence[Participant]) -> str:
+    def unknown_outcome_message(self, participants: Sequence[Participant[H]]) -> str:
         """What is known of participants whose outcome cannot be told, and what the operator
         can check and do (for the error)."""
 
 
-class ProgressStore(Protocol):
+class ProgressStore(Protocol[H]):
     """Optional port for sinks whose decisions carry ``progress`` (what the batch consumed)."""
 
-    def carry(self, progress: Mapping[str, Any], participant: Participant) -> None:
+    def carry(self, progress: Mapping[str, Any], participant: Participant[H]) -> None:
         """Attach ``progress`` to ``participant`` so both commit atomically (a no-op if the
         participant is no longer open). A batch without participants stores its progress
         with its ``done`` record (:meth:`DecisionLog.write`)."""
 
-    def started(self, progress: Mapping[str, Any], first: Participant) -> bool | None:
+    def started(self, progress: Mapping[str, Any], first: Participant[H]) -> bool | None:
         """Whether ``first``, which carried ``progress``, committed: True, False, or None
         when neither the participant nor the stored progress can tell."""
 
-    def abandoned_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+    def abandoned_message(self, progress: Mapping[str, Any], first: Participant[H]) -> str:
         """Why ``first`` (which ``started`` says never committed) was aborted after its
         decision, what shows it, and which settings to check (for the error)."""
 
-    def unknown_message(self, progress: Mapping[str, Any], first: Participant) -> str:
+    def unknown_message(self, progress: Mapping[str, Any], first: Participant[H]) -> str:
         """Why :meth:`started` could not tell, and what the operator can do (for the error)."""
 
     def resumes_before(self, progress: Mapping[str, Any], reached: bool = True) -> str | None:
@@ -322,12 +339,12 @@ class TaskTransaction(Protocol):
         """Best effort: drop what was written (the driver fences the id anyway)."""
 
 
-class CommitMessage(Protocol):
+class CommitMessage(Protocol[H]):
     """What a task returns to Spark (a ``WriterCommitMessage``) for the driver's commit."""
 
     @property
     def write(self) -> "WriteId":
         """The write the task ran for (:mod:`.identity`): the driver commits under it."""
 
-    def participant(self) -> Participant:
+    def participant(self) -> Participant[H]:
         """The task's pre-committed work (``records`` 0: nothing to commit)."""

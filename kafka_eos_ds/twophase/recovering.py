@@ -5,12 +5,13 @@ jobs' drivers left behind. The policy is :mod:`.recovery` (pure); this runs it."
 from __future__ import annotations
 
 import logging
+from typing import Generic
 
 from kafka_eos_ds.errors import KafkaEosError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.identity import Kind, WriteId
 from kafka_eos_ds.twophase.outcome_messages import final_state
-from kafka_eos_ds.twophase.protocol import ABANDONED, Decision, DoneMark
+from kafka_eos_ds.twophase.protocol import ABANDONED, Decision, DoneMark, H
 from kafka_eos_ds.twophase.recovery import (
     RecoveryContext,
     check_app_version,
@@ -23,10 +24,10 @@ from kafka_eos_ds.twophase.steps import Steps
 log = logging.getLogger(__name__)
 
 
-class Recovering:
+class Recovering(Generic[H]):
     """Recovery over ``steps``; ``streams_share_ids``: as :class:`~.committer.TwoPhaseCommitter`."""
 
-    def __init__(self, steps: Steps, streams_share_ids: bool) -> None:
+    def __init__(self, steps: Steps[H], streams_share_ids: bool) -> None:
         self.steps, self.ports = steps, steps.ports
         self.streams_share_ids = streams_share_ids
 
@@ -121,7 +122,7 @@ class Recovering:
             log.warning("could not abort other batch jobs' open transactions (the broker aborts them at their "
                         "timeout): %s", exc)
 
-    def _check_resumable(self, decision: Decision) -> None:
+    def _check_resumable(self, decision: Decision[H]) -> None:
         """A query replacing one whose checkpoint was lost starts where the progress store
         says the output ends; if the store lost it (a consumer group whose offsets expired),
         the new query re-reads input that is already in the output: stop before writing.
@@ -140,7 +141,7 @@ class Recovering:
                 f"start where its output ends: {problem.replace('{batch}', str(decision.batch_id))}{abandoned}",
                 retriable=False)
 
-    def _started(self, decision: Decision) -> bool:
+    def _started(self, decision: Decision[H]) -> bool:
         """Whether the first participant (which carries the progress) committed: asked of
         the progress store, which also knows where the progress stands. Never guessed:
         finishing a batch that had not started duplicates the input the new query
@@ -157,7 +158,7 @@ class Recovering:
         return bool(started)
 
 
-def _key_of(write: WriteId, decision: Decision) -> str:
+def _key_of(write: WriteId, decision: Decision[H]) -> str:
     """The writer key of ``decision`` as found by ``write``'s recovery: a stream may find
     (and finish, or abandon) the decision of the query it replaces."""
     if write.kind is Kind.STREAM:

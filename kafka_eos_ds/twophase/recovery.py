@@ -7,26 +7,26 @@ open, the write at hand) and returns what to do. The I/O lives in :mod:`.committ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Generic, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.twophase.identity import Kind, WriteId
-from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, DoneMark, Participant
+from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, DoneMark, H, Participant
 
 
 @dataclass(frozen=True)
-class RecoveryContext:
+class RecoveryContext(Generic[H]):
     """What recovery knows: the decision to act on (the writer's latest, or for a stream
     that takes over a sink the latest of the query that wrote before it), the ids still
     open in the writer's families, and the id of the query recovering (None if unknown)."""
 
-    latest: Decision | None
+    latest: Decision[H] | None
     open_ids: Sequence[str] = ()
     query_id: str | None = None
 
 
 @dataclass(frozen=True)
-class RecoveryPlan:
+class RecoveryPlan(Generic[H]):
     """``finish``: decided participants to commit; ``fence``: leftover ids to abort;
     ``mark``: what the tasks of the next batch may skip.
 
@@ -37,13 +37,13 @@ class RecoveryPlan:
     participant (which carries the progress) committed, before it if not.
     """
 
-    finish: Decision | None
+    finish: Decision[H] | None
     fence: tuple[str, ...]
     mark: DoneMark
     only_if_started: bool = False
 
 
-def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
+def plan_recovery(ctx: RecoveryContext[H]) -> RecoveryPlan[H]:
     """Finish an unfinished decision; abort every other open id of the writer.
 
     An id that is part of the unfinished decision is never fenced: fencing it would
@@ -61,7 +61,7 @@ def plan_recovery(ctx: RecoveryContext) -> RecoveryPlan:
     return RecoveryPlan(finish, fence, mark, only_if_started=foreign)
 
 
-def output_before(decision: Decision) -> bool:
+def output_before(decision: Decision[H]) -> bool:
     """Whether the output holds batches of ``decision``'s query that its progress store
     must remember for a query replacing it (:meth:`.ProgressStore.resumes_before`): up to a
     done batch, or up to the batch before an abandoned one, unless that one was the
@@ -71,7 +71,7 @@ def output_before(decision: Decision) -> bool:
     return decision.state == DONE or (decision.state == ABANDONED and decision.batch_id > 0)
 
 
-def stream_target(own: Decision | None, sink_latest: Decision | None, query_id: str) -> Decision | None:
+def stream_target(own: Decision[H] | None, sink_latest: Decision[H] | None, query_id: str) -> Decision[H] | None:
     """The decision a stream's recovery acts on: its own latest, or — for a query that has
     never decided on this sink — the latest of the query that wrote before it (a query
     whose checkpoint was lost and that this one replaces).
@@ -91,7 +91,7 @@ def stream_target(own: Decision | None, sink_latest: Decision | None, query_id: 
     return sink_latest
 
 
-def check_checkpoint(decision: Decision | None, committed: int, planned_batch: Callable[[], int],
+def check_checkpoint(decision: Decision[H] | None, committed: int, planned_batch: Callable[[], int],
                      planned_offsets: Callable[[int], Mapping[str, Any]]) -> None:
     """Refuse (TransactionError, not retriable) to go on when Spark plans a batch the sink
     wrote other than the sink wrote it, before the tasks (whose done mark would make them
@@ -119,7 +119,7 @@ _REPLANNED = ("Nothing is written. Put the checkpoint back as it was when the ba
               "was written with other offsets than the checkpoint plans\").")
 
 
-def _check_offsets(decision: Decision, planned: Mapping[str, Any] | None) -> None:
+def _check_offsets(decision: Decision[H], planned: Mapping[str, Any] | None) -> None:
     """Refuse the batch of ``decision`` planned with end offsets ``planned`` when the
     decision recorded others (nothing to compare: nothing refused)."""
     recorded = (decision.progress or {}).get("offsets")
@@ -138,28 +138,28 @@ def _offsets(offsets: Mapping[str, Any]) -> dict[str, dict[str, int]]:
 
 
 @dataclass(frozen=True)
-class CommitPlan:
+class CommitPlan(Generic[H]):
     """What committing a write does: ``noop``; or commit ``decision``'s participants (after
     first finishing ``earlier``, an unfinished decision of this writer); ``skip``: the
     write was already committed by an earlier run, so its participants are aborted and
     ``decision`` (with no participants) only records that this run got past it."""
 
     noop: bool
-    decision: Decision | None = None
-    earlier: Decision | None = None
+    decision: Decision[H] | None = None
+    earlier: Decision[H] | None = None
     write_decision: bool = True
     skip: bool = False
 
 
-def to_commit(participants: Iterable[Participant | None]) -> tuple[Participant, ...]:
+def to_commit(participants: Iterable[Participant[H] | None]) -> tuple[Participant[H], ...]:
     """The participants with work to commit (empty tasks and failed slots dropped), in order."""
     return tuple(sorted((p for p in participants if p is not None and p.records > 0),
                         key=lambda p: (p.partition, p.attempt)))
 
 
-def plan_commit(latest: Decision | None, query_id: str, batch_id: int,
-                participants: Iterable[Participant | None],
-                progress: Mapping[str, Any] | None = None) -> CommitPlan:
+def plan_commit(latest: Decision[H] | None, query_id: str, batch_id: int,
+                participants: Iterable[Participant[H] | None],
+                progress: Mapping[str, Any] | None = None) -> CommitPlan[H]:
     """A stream's micro-batch. Idempotent per batch: a batch already done is a no-op; a
     batch already decided is finished with the participants *recorded* in its decision,
     never with new ones.
@@ -186,8 +186,8 @@ def plan_commit(latest: Decision | None, query_id: str, batch_id: int,
     return CommitPlan(noop=False, decision=decision, earlier=earlier)
 
 
-def plan_write(own: Decision | None, write: WriteId, participants: Iterable[Participant | None],
-               progress: Mapping[str, Any] | None = None) -> CommitPlan:
+def plan_write(own: Decision[H] | None, write: WriteId, participants: Iterable[Participant[H] | None],
+               progress: Mapping[str, Any] | None = None) -> CommitPlan[H]:
     """Any write: dispatch on its kind (:mod:`.identity`)."""
     if write.kind is Kind.STREAM:
         return plan_commit(own, write.app, write.version, participants, progress)
@@ -201,7 +201,7 @@ def plan_write(own: Decision | None, write: WriteId, participants: Iterable[Part
     return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
 
 
-def check_app_version(own: Decision | None, write: WriteId) -> None:
+def check_app_version(own: Decision[H] | None, write: WriteId) -> None:
     """Refuse an app write (``txnAppId``) whose ``txnVersion`` is below the app's latest
     (TransactionError, not retriable), before any task writes.
 
@@ -221,8 +221,8 @@ def check_app_version(own: Decision | None, write: WriteId) -> None:
         retriable=False)
 
 
-def _plan_app(own: Decision | None, earlier: Decision | None, write: WriteId,
-              parts: tuple[Participant, ...]) -> CommitPlan:
+def _plan_app(own: Decision[H] | None, earlier: Decision[H] | None, write: WriteId,
+              parts: tuple[Participant[H], ...]) -> CommitPlan[H]:
     """``txnAppId``/``txnVersion``, as Delta Lake reads them: the app's latest version run
     again is already written, and the write adds nothing (its tasks' work, if they wrote
     any, is aborted); a version below it is refused (:func:`check_app_version`). A
@@ -237,8 +237,8 @@ def _plan_app(own: Decision | None, earlier: Decision | None, write: WriteId,
     return CommitPlan(noop=False, decision=Decision(write.app, write.version, DECIDED, parts), earlier=earlier)
 
 
-def _plan_foreach(own: Decision | None, earlier: Decision | None, write: WriteId,
-                  parts: tuple[Participant, ...]) -> CommitPlan:
+def _plan_foreach(own: Decision[H] | None, earlier: Decision[H] | None, write: WriteId,
+                  parts: tuple[Participant[H], ...]) -> CommitPlan[H]:
     """A ``df.write`` inside ``foreachBatch``: the k-th write of micro-batch N in this run.
 
     The function of a micro-batch runs its writes one after the other, in the same order
@@ -263,14 +263,14 @@ def _plan_foreach(own: Decision | None, earlier: Decision | None, write: WriteId
     ordinal = reached[run] + 1 if run in reached else 0
     runs = {**reached, run: ordinal}
     if ordinal < committed:
-        done = Decision(write.app, n, DONE, (), write=ordinal, run=run, writes=committed, runs=runs)
+        done: Decision[H] = Decision(write.app, n, DONE, (), write=ordinal, run=run, writes=committed, runs=runs)
         return CommitPlan(noop=False, decision=done, earlier=earlier, skip=True)
     decided = Decision(write.app, n, DECIDED, parts, write=ordinal, run=run, writes=ordinal + 1, runs=runs)
     return CommitPlan(noop=False, decision=decided, earlier=earlier)
 
 
-def plan_abort(latest: Decision | None, query_id: str | None, batch_id: int,
-               participants: Iterable[Participant | None], superseded: Iterable[str] = (),
+def plan_abort(latest: Decision[H] | None, query_id: str | None, batch_id: int,
+               participants: Iterable[Participant[H] | None], superseded: Iterable[str] = (),
                open_ids: Iterable[str] = ()) -> tuple[str, ...]:
     """Ids to fence when Spark aborts a write.
 

@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Generic, Sequence
 
 from kafka_eos_ds.errors import TransactionError, TransactionLostError, TransactionOutcomeUnknownError
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.ports import Ports
-from kafka_eos_ds.twophase.protocol import ABANDONED, DONE, Decision, Instance, Outcome
+from kafka_eos_ds.twophase.protocol import ABANDONED, DONE, Decision, H, Instance, Outcome
+from kafka_eos_ds.twophase.runtime import Pool
 
 log = logging.getLogger(__name__)
 
 
-class Steps:
+class Steps(Generic[H]):
     """The shared steps over ``ports``; ``parallelism``: participants committed or
-    aborted concurrently."""
+    aborted concurrently, in a pool of ``executor`` (:class:`~.runtime.Runtime`)."""
 
-    def __init__(self, ports: Ports, parallelism: int) -> None:
+    def __init__(self, ports: Ports[H], parallelism: int,
+                 executor: Callable[[int], Pool] = ThreadPoolExecutor) -> None:
         self.ports = ports
         self.parallelism = parallelism
+        self.executor = executor
 
     def fence(self, ids: Sequence[str]) -> None:
         """Abort what is open under ``ids``. With the sink's :class:`~.protocol.Fences`:
@@ -40,7 +43,7 @@ class Steps:
             return
         fences = self.ports.fences
         if fences is None:
-            with ThreadPoolExecutor(min(self.parallelism, len(ids))) as pool:
+            with self.executor(min(self.parallelism, len(ids))) as pool:
                 list(pool.map(self.ports.participants.fence, ids))
             return
         targets = fences.observe(ids)
@@ -54,7 +57,7 @@ class Steps:
         assert fences is not None
         fences.claim(targets)
         faults.check("driver-after-claim")
-        with ThreadPoolExecutor(min(self.parallelism, len(targets))) as pool:
+        with self.executor(min(self.parallelism, len(targets))) as pool:
             list(pool.map(self._abort_exact, targets))
 
     def _abort_exact(self, instance: Instance) -> None:
@@ -64,14 +67,14 @@ class Steps:
             log.info("%s (%s) moved on before it could be aborted: not this step's to abort", instance.id,
                      instance.tag)
 
-    def finish(self, key: str, decision: Decision) -> None:
+    def finish(self, key: str, decision: Decision[H]) -> None:
         """Commit what ``decision`` decided, publish it, record it done."""
         self.carry_legacy(decision)
         self.commit_all(decision, key)
         self.ports.publish(decision)
         self.ports.decisions.record_done(key, decision.with_state(DONE))
 
-    def commit_all(self, decision: Decision, key: str | None = None) -> None:
+    def commit_all(self, decision: Decision[H], key: str | None = None) -> None:
         """Commit every participant, the first (which carries the progress) alone and first.
         ``key``: the decision's writer key, to record it abandoned (None: an operator
         finishing a decision, who is told instead)."""
@@ -87,7 +90,7 @@ class Steps:
         faults.check("driver-after-first-commit", batch=decision.batch_id)
         faults.check("commit-raise", batch=decision.batch_id)
         if rest:
-            with ThreadPoolExecutor(min(self.parallelism, len(rest))) as pool:
+            with self.executor(min(self.parallelism, len(rest))) as pool:
                 outcomes += list(zip(rest, pool.map(commit, rest), strict=True))
         lost = [p for p, outcome in outcomes if outcome is Outcome.LOST]
         if lost:
@@ -104,26 +107,26 @@ class Steps:
                 f"of {len(unknown)} of its {len(parts)} decided transaction(s) can no longer be told. "
                 + self.ports.participants.unknown_outcome_message(unknown), retriable=False)
 
-    def first_started(self, decision: Decision) -> bool | None:
+    def first_started(self, decision: Decision[H]) -> bool | None:
         """The progress store's answer to whether the first participant, which carried the
         decision's progress, committed (None: it cannot tell)."""
         first, progress, store = decision.participants[0], decision.progress, self.ports.progress
         assert progress is not None
         return store.started(progress, first)
 
-    def _never_started(self, decision: Decision) -> bool:
+    def _never_started(self, decision: Decision[H]) -> bool:
         """Whether the progress store knows that the first participant did not commit (a
         decision with progress only; None from the store, "cannot tell", is not "no")."""
         return decision.progress is not None and self.first_started(decision) is False
 
-    def abandon(self, key: str, decision: Decision, also: Sequence[str] = ()) -> None:
+    def abandon(self, key: str, decision: Decision[H], also: Sequence[str] = ()) -> None:
         """Record ``decision`` abandoned, then fence its participants (and ``also``).
         Recorded first: fenced first, a crash in between would leave a decided batch
         whose first participant's start can no longer be told (its epoch moved on)."""
         self.ports.decisions.record_abandoned(key, decision.with_state(ABANDONED))
         self.fence(sorted({p.id for p in decision.participants} | set(also)))
 
-    def _abandon_unstarted(self, key: str | None, decision: Decision) -> None:
+    def _abandon_unstarted(self, key: str | None, decision: Decision[H]) -> None:
         """The first participant was aborted after the decision and never committed: keep
         the batch all or nothing. Committing the others would leave it partly visible for
         good, and a query that replaces this one after a lost checkpoint abandons a batch
@@ -146,7 +149,7 @@ class Steps:
                                "the query runs it again (docs/troubleshooting.md, \"Batch N was not committed: its "
                                "first transaction was aborted after the decision\").", retriable=True)
 
-    def carry_legacy(self, decision: Decision) -> None:
+    def carry_legacy(self, decision: Decision[H]) -> None:
         """Attach the progress of a decision written before progress was attached ahead of
         the decision (an older version's record: no ``progress_attached``); a no-op once
         the first participant has committed. A marked decision's progress is in its first
@@ -157,7 +160,7 @@ class Steps:
         if decision.progress is not None and not decision.progress_attached:
             self.carry(decision)
 
-    def carry(self, decision: Decision) -> None:
+    def carry(self, decision: Decision[H]) -> None:
         first, progress = decision.participants[0], decision.progress
         assert progress is not None
         self.ports.progress.carry(progress, first)

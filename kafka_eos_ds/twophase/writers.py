@@ -19,15 +19,15 @@ commit messages: the driver commits under the tasks' identity, never its own gue
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol, Sequence, cast
+from typing import Any, Iterator, MutableMapping, Protocol, Sequence, cast
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from kafka_eos_ds.errors import TransactionError
 from kafka_eos_ds.twophase.identity import WriteId, WriteSpec, identify
 from kafka_eos_ds.twophase.protocol import CommitMessage, DoneMark, Participant
+from kafka_eos_ds.twophase.runtime import Runtime
 
 try:  # pyspark >= 4.1: the task receives pyarrow.RecordBatch (4x faster than rows)
     from pyspark.sql.datasource import DataSourceArrowWriter as BatchWriterBase
@@ -56,7 +56,14 @@ def current_task(spec: WriteSpec) -> Task:
 
 
 class Sink(Protocol):
-    """What one sink does at each step of a write (composed into the writers below)."""
+    """What one sink does at each step of a write (composed into the writers below).
+
+    Spark hands the tasks' messages back untyped, so the participants reach ``commit`` and
+    ``abort`` as ``Participant[Any]``: each holds the handle its sink's message built."""
+
+    @property
+    def runtime(self) -> Runtime:
+        """What the sink takes from its process (:mod:`.runtime`); it pickles by name."""
 
     @property
     def message_type(self) -> type:
@@ -69,22 +76,22 @@ class Sink(Protocol):
     def write(self, task: Task, mark: DoneMark, items: Iterator[Any]) -> WriterCommitMessage:
         """On an executor: one task's participant, pre-committed."""
 
-    def commit(self, write: WriteId, participants: Sequence[Participant | None]) -> None:
+    def commit(self, write: WriteId, participants: Sequence[Participant[Any] | None]) -> None:
         """On the driver: decide and commit the write."""
 
-    def abort(self, write: WriteId | None, participants: Sequence[Participant | None],
+    def abort(self, write: WriteId | None, participants: Sequence[Participant[Any] | None],
               spec: WriteSpec) -> None:
         """On the driver: fence what an undecided write left (``write`` None: no task reported)."""
 
 
 def messages_of(messages: Sequence[WriterCommitMessage | None], message_type: type,
-                batch_id: int | None = None) -> tuple[WriteId | None, list[Participant | None]]:
+                batch_id: int | None = None) -> tuple[WriteId | None, list[Participant[Any] | None]]:
     """The write the tasks ran for and their participants (failed slots as None).
 
     Every task of one write reports the same identity; a stream's must be the batch Spark
     commits. Anything else means the write's identity is not what the driver thinks, and
     committing it could commit the wrong thing: it fails loudly."""
-    msgs = [cast(CommitMessage, m) for m in messages if isinstance(m, message_type)]
+    msgs = [cast("CommitMessage[Any]", m) for m in messages if isinstance(m, message_type)]
     writes = {m.write for m in msgs}
     if len(writes) > 1:
         raise TransactionError(f"The tasks of one write reported different identities ({sorted(map(str, writes))}); "
@@ -93,7 +100,23 @@ def messages_of(messages: Sequence[WriterCommitMessage | None], message_type: ty
     if write is not None and batch_id is not None and write.version != int(batch_id):
         raise TransactionError(f"Spark commits batch {batch_id} but its tasks wrote batch {write.version}; "
                                "nothing was committed.", retriable=False)
-    return write, [cast(CommitMessage, m).participant() if isinstance(m, message_type) else None for m in messages]
+    return write, [cast("CommitMessage[Any]", m).participant() if isinstance(m, message_type) else None
+                   for m in messages]
+
+
+class SinkDataSource(DataSource):
+    """A data source whose sink's writers get ``runtime`` (:mod:`.runtime`). Spark builds it
+    from the options alone: the sink's default runtime; a test hands in its own."""
+
+    runtime: Runtime | None = None  # also where a data source is built without __init__
+
+    def __init__(self, options: MutableMapping[str, str], runtime: Runtime | None = None) -> None:
+        super().__init__(options)
+        self.runtime = runtime
+
+    def runtime_kwargs(self) -> dict[str, Any]:
+        """The writer factories' ``runtime`` keyword (none: their default)."""
+        return {} if self.runtime is None else {"runtime": self.runtime}
 
 
 class _TwoPhaseWriter:
@@ -138,7 +161,7 @@ class TwoPhaseBatchWriter(_TwoPhaseWriter, BatchWriterBase):
     """``df.write.format(...)``: one write, whose identity its tasks tell (:mod:`.identity`)."""
 
     def __init__(self, sink: Sink, options: Any) -> None:
-        super().__init__(sink, WriteSpec.for_batch(options.get, uuid.uuid4().hex))
+        super().__init__(sink, WriteSpec.for_batch(options.get, sink.runtime.uuid4().hex))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         write, participants = messages_of(messages, self.sink.message_type)

@@ -47,8 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from kafka_eos_ds.filesink.handles import files_of
+from kafka_eos_ds.filesink.handles import StagedFiles
 from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.sink.messages import KafkaHandle
 from kafka_eos_ds.twophase.identity import STREAM_FAMILIES
 from kafka_eos_ds.twophase.protocol import ABANDONED, Decision
 from tests.simulation.model.logs import OFFSETS_TOPIC
@@ -140,10 +141,10 @@ class Oracle:
                 for record in self.w.cluster.log(topic, partition).open_records(meta.producer_id):
                     if record.value is None:
                         continue  # a tombstone: a finished job's record dropped
-                    decision = Decision.from_json(json.loads(record.value))
+                    decision = Decision.from_json(json.loads(record.value), KafkaHandle.from_json)
                     self.decisions.append(decision)
                     for p in decision.participants:
-                        self.decided[(p.id, int(p.handle["producer_id"]), int(p.handle["epoch"]))] = \
+                        self.decided[(p.id, p.handle.producer_id, p.handle.epoch)] = \
                             (decision.query_id, decision.batch_id)
             return
         if self._sink_of(meta.transactional_id) is not None and txn not in self.decided:
@@ -284,7 +285,7 @@ class Oracle:
             return
         decision = newest_file_decision(pending.parent)
         rel = Path(src).relative_to(root).as_posix()
-        if decision is None or not any(p.handle.get("pending") == rel for p in decision.participants):
+        if decision is None or not any(f.pending == rel for p in decision.participants for f in p.handle.files):
             self.fail("commit-without-decision", f"{rel} renamed to its final name, but its writer's newest decision "
                                                  f"does not name it ({decision.state.value if decision else 'none'})")
 
@@ -302,10 +303,10 @@ class Oracle:
         record = json.loads(created.read_text())
         if record.get("state") != "decided":
             return
-        decision = Decision.from_json(record)
+        decision = Decision.from_json(record, StagedFiles.from_json)
         root = created.parents[3]
         for p in decision.participants:
-            for f in files_of(p.handle):
+            for f in p.handle.files:
                 if f.pending:
                     self.decided_files[str(root / f.pending)] = (str(root / f.final), decision.query_id,
                                                                  decision.batch_id)
@@ -341,4 +342,5 @@ def newest_file_decision(writer: Path) -> Decision | None:
     if not numbered:
         return None
     record = json.loads(max(numbered, key=lambda p: int(p.stem)).read_text())
-    return Decision.from_json(record) if "state" in record else None  # a claim made before any decision
+    # A claim made before any decision holds none.
+    return Decision.from_json(record, StagedFiles.from_json) if "state" in record else None

@@ -1,43 +1,46 @@
-"""Where the simulation plugs into the product, today: every patched name in one list.
+"""Where the simulation plugs into the product: the runtimes it hands to the sinks.
 
-Only module attributes are replaced (no product file is edited):
+No product file is edited and no module attribute is replaced: each sink takes what it
+uses of its process from a runtime (:mod:`kafka_eos_ds.twophase.runtime`), and
+:func:`installed` builds the simulation's and registers them under their names (a writer
+pickled for its tasks carries its runtime's name) for the duration of the block:
 
-* the Kafka clients: ``sink.kafka_sink.TransactionCoordinator`` -> the real class built on
-  the model's admin client and coordinator channel (its ``admin_factory`` and
-  ``channel_factory``); ``sink.decision_log.LogClients`` -> the model's admin, producer
-  and consumers under the real ``KafkaDecisionLog``; ``sink.kafka_sink.cluster_metadata``
-  and ``sink.task_writer._PartitionWriter`` -> the :mod:`.adapters`;
-* time: the committers get the virtual clock and sleep (their constructor takes both), so
-  does the sinks' set-up retry (``sink.kafka_sink.retrying``, ``filesink.file_sink.retrying``); the modules that read
-  the clock themselves (``sink.participants``, ``sink.decision_log``,
-  ``kafka.coordinator``) read :class:`VirtualTime`;
-* the committer's thread pool -> :class:`SequentialExecutor` (a seeded order, one step at a
-  time, so a schedule is reproducible);
-* uuids of batch writes (``twophase.writers``), of the file sink's temporary decision
-  files (``storage.local``) and of its staged files' stamps (``filesink.layout``) -> seeded;
-* the local store's ``os`` (``storage.local``, every file the file sink touches on a local
-  disk) -> :class:`OsProxy` (a step at each half of every move, where a crash can strike
-  between a pending file and its final name, or between the link and the unlink, and at
-  every deletion), which also shows the oracle every decision file created and every file
-  deleted;
+* the Kafka sink's (:class:`~kafka_eos_ds.sink.runtime.KafkaRuntime`): the real
+  ``TransactionCoordinator`` built on the model's admin client and coordinator channel
+  (its ``admin_factory`` and ``channel_factory``), the model's admin, producer and
+  consumers under the real ``KafkaDecisionLog`` (``log_clients``), the model's metadata
+  client and task producer (:mod:`.adapters`); driver clients kept for the run only;
+* the table sink's (:class:`~kafka_eos_ds.filesink.runtime.TableRuntime`): the local
+  store's ``os`` -> :class:`OsProxy` (a step at each half of every move, where a crash can
+  strike between a pending file and its final name, or between the link and the unlink,
+  and at every deletion), which also shows the oracle every decision file created and
+  every file deleted; a staged file's stamp seeded (:func:`_stamp`);
+* both: the virtual clock (:class:`VirtualTime`: the committers, the set-up retries, the
+  commit log's and the coordinator client's waits); the committer's thread pool ->
+  :class:`SequentialExecutor` (a seeded order, one step at a time, so a schedule is
+  reproducible); uuids seeded (a batch write's job id, the table sink's temporary
+  decision files);
 * ``twophase.faults``: the product's named crash points become steps of the scheduler.
 
-When a seam changes in the product, this module and :mod:`.adapters` are what to adapt.
+:mod:`.sinks` builds the data sources with them (``World.runtimes``). When a seam changes
+in the product, this module and :mod:`.adapters` are what to adapt.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import random
 import uuid
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from tests.simulation import adapters
 from tests.simulation.faults import CRASH, FAIL, SLOW, STALL
 from tests.simulation.world import World
+
+if TYPE_CHECKING:
+    from kafka_eos_ds.twophase.runtime import Runtime
 
 # Named points where the driver's process may die, stall or be slow; commit-raise is
 # where a test makes commit() raise (Spark then calls abort with the same messages).
@@ -45,7 +48,7 @@ DRIVER_POINT = (CRASH, STALL, SLOW)
 
 
 class VirtualTime:
-    """The ``time`` module as the product's modules use it (time, monotonic, sleep)."""
+    """The virtual clock as the sinks' runtimes hand it out (wall time, monotonic, sleep)."""
 
     def __init__(self, w: World) -> None:
         self._w = w
@@ -155,58 +158,46 @@ def _fault_hook(w: World) -> Callable[..., None]:
     return hook
 
 
+def _stamp(w: World) -> Callable[[], str]:
+    """A staged file's stamp, seeded too, but with the count in its 8 hex digits: a zombie's
+    staged file and a live attempt's of the same id have different names, as in the
+    product (equal stamps hid a zombie deleting the other's file)."""
+
+    def stamp() -> str:
+        n = w.uuid4().int
+        return uuid.UUID(int=((n & 0xFFFFFFFF) << 96) | (n & ((1 << 96) - 1))).hex[:8]
+
+    return stamp
+
+
+def runtimes(w: World, os_proxy: OsProxy) -> dict[str, Runtime]:
+    """The simulation's runtimes of ``w``, by sink kind ("kafka", "file")."""
+    from kafka_eos_ds.filesink.runtime import TableRuntime
+    from kafka_eos_ds.kafka.driver_session import ClientSessions
+    from kafka_eos_ds.sink.runtime import KafkaRuntime
+
+    clock = VirtualTime(w)
+    common: dict[str, Any] = {"clock": clock.monotonic, "wall": clock.time, "sleep": clock.sleep,
+                              "uuid4": w.uuid4, "executor": SequentialExecutor}
+    return {
+        "kafka": KafkaRuntime(f"simulation.kafka.{id(w)}", **common, coordinator=adapters.transaction_coordinator(),
+                              log_clients=adapters.ModelLogClients, metadata_client=adapters.ModelMetadataClient,
+                              partition_writer=adapters.ModelPartitionWriter, sessions=ClientSessions()),
+        "file": TableRuntime(f"simulation.file.{id(w)}", **common, os=os_proxy, stamp=_stamp(w)),
+    }
+
+
 @contextlib.contextmanager
 def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst: None,
               on_created: Callable[[str], None] = lambda path: None,
               on_unlink: Callable[[str], None] = lambda path: None) -> Iterator[World]:
     """Plug ``w`` into the product for the duration of the block (the hooks: :class:`OsProxy`)."""
     from kafka_eos_ds.twophase import faults
-    from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
-    from kafka_eos_ds.twophase.retrying import retrying
+    from kafka_eos_ds.twophase.runtime import register, unregister
 
-    def committer(*args: Any, **kwargs: Any) -> TwoPhaseCommitter:
-        return TwoPhaseCommitter(*args, sleep=w.sleep, clock=w.clock.monotonic, **kwargs)
-
-    def virtual_retrying(*args: Any, **kwargs: Any) -> Any:
-        return retrying(*args, sleep=w.sleep, clock=w.clock.monotonic, **kwargs)
-
-    class Uuid:
-        uuid4 = staticmethod(w.uuid4)
-
-    class StampUuid:
-        """Seeded too, but with the count in the first 8 hex digits (a staged file's stamp):
-        a zombie's staged file and a live attempt's of the same id have different names,
-        as in the product (equal stamps hid a zombie deleting the other's file)."""
-
-        @staticmethod
-        def uuid4() -> uuid.UUID:
-            n = w.uuid4().int
-            return uuid.UUID(int=((n & 0xFFFFFFFF) << 96) | (n & ((1 << 96) - 1)))
-
-    clock = VirtualTime(w)
-    patches = [
-        ("kafka_eos_ds.sink.kafka_sink", "TransactionCoordinator", adapters.transaction_coordinator()),
-        ("kafka_eos_ds.sink.decision_log", "LogClients", adapters.ModelLogClients),
-        ("kafka_eos_ds.sink.kafka_sink", "cluster_metadata", adapters.cluster_metadata),
-        ("kafka_eos_ds.sink.task_writer", "_PartitionWriter", adapters.ModelPartitionWriter),
-        ("kafka_eos_ds.sink.kafka_sink", "TwoPhaseCommitter", committer),
-        ("kafka_eos_ds.sink.kafka_sink", "retrying", virtual_retrying),
-        ("kafka_eos_ds.filesink.file_sink", "TwoPhaseCommitter", committer),
-        ("kafka_eos_ds.filesink.file_sink", "retrying", virtual_retrying),
-        ("kafka_eos_ds.twophase.steps", "ThreadPoolExecutor", SequentialExecutor),
-        ("kafka_eos_ds.sink.participants", "time", clock),
-        ("kafka_eos_ds.sink.decision_log", "time", clock),
-        ("kafka_eos_ds.kafka.coordinator", "time", clock),
-        ("kafka_eos_ds.twophase.writers", "uuid", Uuid),
-        ("kafka_eos_ds.storage.local", "uuid", Uuid),
-        ("kafka_eos_ds.filesink.layout", "uuid", StampUuid),
-        ("kafka_eos_ds.storage.local", "os", OsProxy(w, on_rename, on_created, on_unlink)),
-    ]
-    saved = []
-    for module_name, attr, new in patches:
-        module = importlib.import_module(module_name)
-        saved.append((module, attr, getattr(module, attr)))
-        setattr(module, attr, new)
+    w.runtimes = runtimes(w, OsProxy(w, on_rename, on_created, on_unlink))
+    for runtime in w.runtimes.values():
+        register(runtime)
     quiet = logging.getLogger("kafka_eos_ds")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
@@ -219,8 +210,8 @@ def installed(w: World, on_rename: Callable[[str, str], None] = lambda src, dst:
         w.deactivate()
         faults.install(previous_hook)
         quiet.setLevel(level)
-        for module, attr, old in reversed(saved):
-            setattr(module, attr, old)
+        for runtime in w.runtimes.values():
+            unregister(runtime)
         from pyspark import TaskContext
 
         TaskContext._setTaskContext(None)

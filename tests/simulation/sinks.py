@@ -21,7 +21,7 @@ from typing import Any
 from tests.simulation.adapters import Producer
 from tests.simulation.invariants import Oracle
 from tests.simulation.scheduler import Actor
-from tests.simulation.world import World
+from tests.simulation.world import World, world
 
 
 @dataclass
@@ -52,7 +52,7 @@ class KafkaSink:
     def data_source(self, checkpoint: str = "", extra: dict | None = None) -> Any:
         from kafka_eos_ds.datasource import KafkaEosDataSource
 
-        return KafkaEosDataSource(self.options(checkpoint, extra))
+        return KafkaEosDataSource(self.options(checkpoint, extra), runtime=world().runtimes["kafka"])
 
     def item(self, label: str, partition: int, offset: int) -> Any:
         return (self.topic, partition % self.out_partitions, str(partition), f"{label}:{partition}:{offset}")
@@ -78,7 +78,7 @@ class FileSink:
         opts = {"path": str(self.path), "fileFormat": "jsonl", "commitTimeoutMs": str(self.commit_timeout_ms)}
         if checkpoint:
             opts["checkpointLocation"] = checkpoint
-        return KafkaEosFileDataSource({**opts, **(extra or {})})
+        return KafkaEosFileDataSource({**opts, **(extra or {})}, runtime=world().runtimes["file"])
 
     def item(self, label: str, partition: int, offset: int) -> Any:
         return {"key": str(partition), "value": f"{label}:{partition}:{offset}"}

@@ -157,7 +157,9 @@ def test_the_adapters_stand_in_for_the_products_clients():
 
     from kafka_eos_ds.kafka import clients
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
-    from kafka_eos_ds.sink import decision_log, kafka_sink, task_writer
+    from kafka_eos_ds.sink import decision_log, task_writer
+    from kafka_eos_ds.sink.metadata import MetadataClient
+    from kafka_eos_ds.sink.runtime import DEFAULT
     from tests.simulation.adapters.log_clients import ModelAdminClient, ModelConsumer
     from tests.simulation.adapters.producers import ConfluentProducer
 
@@ -176,7 +178,8 @@ def test_the_adapters_stand_in_for_the_products_clients():
     assert set(inspect.signature(TransactionCoordinator).parameters) >= {"admin_factory", "channel_factory"}
     assert all(hasattr(decision_log.LogClients, n) and hasattr(adapters.ModelLogClients, n)
                for n in ("admin", "producer", "consumer"))
-    assert hasattr(kafka_sink, "TransactionCoordinator") and hasattr(kafka_sink, "cluster_metadata")
+    assert {"coordinator", "log_clients", "metadata_client", "partition_writer"} <= set(vars(DEFAULT))
+    assert all(hasattr(MetadataClient, n) and hasattr(adapters.ModelMetadataClient, n) for n in ("topics", "close"))
     for name in ("write_all", "pre_commit", "abort", "transactional_id", "pid_epoch"):
         assert hasattr(adapters.ModelPartitionWriter(_Config(), 0, 0), name)
         assert name in vars(task_writer._PartitionWriter) or name in inspect.getsource(task_writer._PartitionWriter)

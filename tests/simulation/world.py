@@ -39,6 +39,8 @@ class World:
                                max_steps=max_steps, switch_hook=self._switch)
         self.sched.outage = self._outage
         self._uuids = 0
+        # The sinks' runtimes by kind ("kafka", "file"), while plugged in (seams.installed).
+        self.runtimes: dict[str, Any] = {}
 
     def _check(self) -> None:
         for check in self.checks:

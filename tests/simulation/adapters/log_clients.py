@@ -11,7 +11,7 @@ the last stable offset, its backward windows) is what a schedule runs.
   (read_committed: committed data below the LSO, aborted records and markers skipped)
   with their timestamps, then a ``_PARTITION_EOF`` event.
 
-Also :func:`cluster_metadata`, the sink's metadata call (``kafka_sink.cluster_metadata``).
+Also :class:`ModelMetadataClient`, the sink's metadata client (the runtime's ``metadata_client``).
 """
 
 from __future__ import annotations
@@ -41,9 +41,23 @@ def metadata() -> Any:
 
 
 def cluster_metadata(config: Any, timeout_s: float = 15.0) -> Any:
-    """``kafka_eos_ds.sink.kafka_sink.cluster_metadata`` on the model."""
+    """``kafka_eos_ds.sink.metadata.cluster_metadata`` on the model."""
     request("Metadata", "", lambda: None, coordinator=False, allow=PROCESS)
     return metadata()
+
+
+class ModelMetadataClient:
+    """``kafka_eos_ds.sink.metadata.MetadataClient`` (the sink runtime's ``metadata_client``)
+    on the model: each read of the cluster's topics is a request."""
+
+    def __init__(self, conf: Mapping[str, Any]) -> None:
+        pass
+
+    def topics(self, timeout_s: float) -> Any:
+        return cluster_metadata(None, timeout_s)
+
+    def close(self) -> None:
+        pass
 
 
 class _Done:
@@ -132,7 +146,7 @@ class ModelConsumer:
     @property
     def world(self) -> Any:
         """The current run's world: the driver process keeps its log readers from step to
-        step (``decision_log._consumers``), here across runs too."""
+        step (``decision_log._consumers``)."""
         return sim.world()
 
     def get_watermark_offsets(self, partition: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
