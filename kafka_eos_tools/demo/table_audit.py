@@ -173,24 +173,27 @@ def read_through_metastore(client: Any, files: Any, database: str, table: str) -
     return partitions, rows
 
 
-def partition_files(files: Any, location: str) -> list[str]:
-    """The names of the final files (``part-*``) in a partition's ``location``."""
+def _final_files(files: Any, location: str, allow_not_found: bool = False) -> list[Any]:
+    """The final files (``part-*``) in a partition's ``location``, as pyarrow FileInfo."""
     from pyarrow.fs import FileSelector, FileType
 
-    return sorted(info.base_name for info in files.get_file_info(FileSelector(path_of(location), allow_not_found=True))
-                  if info.type == FileType.File and info.base_name.startswith("part-"))
+    selector = FileSelector(path_of(location), allow_not_found=allow_not_found)
+    return [info for info in files.get_file_info(selector)
+            if info.type == FileType.File and info.base_name.startswith("part-")]
+
+
+def partition_files(files: Any, location: str) -> list[str]:
+    """The names of the final files in a partition's ``location`` (none if it is gone)."""
+    return sorted(info.base_name for info in _final_files(files, location, allow_not_found=True))
 
 
 def partition_rows(files: Any, location: str) -> list[tuple[str, dict]]:
     """(file name, row) of every final file (``part-*``) in a partition's ``location``
     on ``files`` (:func:`filesystem`)."""
-    from pyarrow.fs import FileSelector, FileType
-
     found = []
-    for info in files.get_file_info(FileSelector(path_of(location))):
-        if info.type == FileType.File and info.base_name.startswith("part-"):
-            with files.open_input_stream(info.path) as reader:
-                found += [(info.base_name, row) for row in _parquet_rows(reader.read())]
+    for info in _final_files(files, location):
+        with files.open_input_stream(info.path) as reader:
+            found += [(info.base_name, row) for row in _parquet_rows(reader.read())]
     return found
 
 
