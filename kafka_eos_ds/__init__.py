@@ -7,6 +7,8 @@ whose Python path does not hold the installed package's shim.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import TYPE_CHECKING
 
 from kafka_eos_ds.errors import (
@@ -23,6 +25,31 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __version__ = "0.1.0"
+
+LOG_LEVEL_VARIABLE = "KAFKA_EOS_LOG_LEVEL"
+
+
+def _log_level_from_environment() -> None:
+    """``KAFKA_EOS_LOG_LEVEL=DEBUG`` (or INFO, ...): the package's log records at that level
+    to standard error, with time and process. Set where the driver starts: the sink's
+    commit runs in a Python worker Spark starts, which inherits the variable but no logging
+    set up by the application (docs/troubleshooting.md, "Seeing what the sink does")."""
+    level = os.environ.get(LOG_LEVEL_VARIABLE, "").strip().upper()
+    if not level:
+        return
+    package = logging.getLogger(__name__)
+    if not isinstance(logging.getLevelName(level), int):
+        package.warning("%s=%r is not a logging level (DEBUG, INFO, WARNING, ERROR): ignored",
+                        LOG_LEVEL_VARIABLE, level)
+        return
+    package.setLevel(level)
+    if not package.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s pid %(process)d %(name)s %(levelname)s %(message)s"))
+        package.addHandler(handler)
+
+
+_log_level_from_environment()
 
 FORMAT = "kafka_eos"
 

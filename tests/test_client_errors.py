@@ -362,7 +362,7 @@ class FailingAdmin:
 COORDINATOR_CALLS = {
     "send_offsets": lambda co: co.send_offsets("etl-0-0", 7, 1, "g", {"t": {"0": 5}}),
     "commit_offsets": lambda co: co.commit_offsets("g", {"t": {"0": 5}}),
-    "group_offsets": lambda co: co.group_offsets("g"),
+    "group_offsets": lambda co: co.group_offsets("g", {"t": ["0"]}),
     "end_txn": lambda co: co.end_txn("etl-0-0", 7, 1, commit=True),
     "describe": lambda co: co.describe("etl-0-0"),
     "describe_many": lambda co: co.describe_many(["etl-0-0", "etl-1-0"]),

@@ -296,3 +296,38 @@ def test_a_duplicate_key_of_a_concurrent_registration_is_retried(tmp_path, monke
     sink.prepare(WriteSpec(False, "job-1"))
     sink.commit(write, [_write(sink, write, ["fr", "de"])])
     assert sorted(hms.partitions) == [["de"], ["fr"]] and len(list((tmp_path / "out").rglob("part-*"))) == 2
+
+
+class MarkerWatchingHms(FakeHms):
+    """Records, at each registration on S3, whether each partition's directory marker (the
+    object s3a takes for a directory) was there: a metastore on s3a:// that finds none
+    makes one and deletes the whole prefix, final files and all, when the add fails."""
+
+    def __init__(self, client: FakeS3Client, prefix: str) -> None:
+        super().__init__()
+        self.client, self.prefix, self.found = client, prefix, []
+
+    def add_partitions_req(self, request):
+        self.found += [f"{self.prefix}/country={p.values[0]}/" in self.client.objects for p in request.parts]
+        super().add_partitions_req(request)
+
+
+def test_on_s3_a_new_partitions_directory_marker_exists_before_the_metastore_registers_it(monkeypatch):
+    from hmsclient import hmsclient
+
+    from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile, StagedFiles
+    from kafka_eos_ds.filesink.publishing import prepare_table, register_partitions
+
+    client = FakeS3Client()
+    hms = MarkerWatchingHms(client, "events")
+    monkeypatch.setattr(hmsclient, "HMSClient", hms)
+    config = FileSinkConfig.from_options({"path": "s3a://lake/events", "partitionBy": "country",
+                                          "table": "lake.events", "hive.metastore.uris": "thrift://metastore:9083"},
+                                         SCHEMA)
+    prepare_table(config, SCHEMA, _s3_store(client))
+    assert "events/" in client.objects  # the table's own directory, before its creation
+    files = tuple(StagedFile(f"country={c}/part-00000-00000-q1-t.parquet", "", f"country={c}", 3)
+                  for c in ("fr", "de"))
+    register_partitions(config, _s3_store(client), [FileParticipant("q1/0-0", 0, 0, 6, StagedFiles(files))])
+    assert hms.found == [True, True], hms.found
+    assert sorted(hms.partitions) == [["de"], ["fr"]]

@@ -94,7 +94,8 @@ def test_a_file_that_lands_in_a_partition_after_retention_read_it_is_named_and_f
 
     retention = Retention.__new__(Retention)
     retention.files, retention.database, retention.table = LocalFileSystem(), "db", "t"
-    retention.dropped, retention.removed, retention.removed_files, retention.late_files = [], [], [], []
+    retention.dropped, retention.removed, retention.removed_files, retention.late_files, retention.journal = \
+        [], [], [], [], []
     retention._drop(Client(), "a=0", SimpleNamespace(values=["0"], sd=SimpleNamespace(location=str(partition_dir))))
     assert retention.late_files == ["a=0/part-00002-00000-q1.parquet"]
     assert [row["id"] for _name, row in retention.removed] == ["1"]

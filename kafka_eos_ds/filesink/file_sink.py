@@ -60,7 +60,7 @@ class FileSink:
         # Each step's transient failure (S3 throttling, a NameNode failing over, a metastore
         # restarting) is retried, as the Kafka sink's set-up is: none of them is the user's.
         self._retry(lambda: check_writable(self.config.layout, self.store()), "Could not write to 'path'")
-        self._retry(lambda: prepare_table(self.config, self.schema), "Could not reach the Hive metastore")
+        self._retry(lambda: prepare_table(self.config, self.schema, self.store()), "Could not reach the Hive metastore")
         if spec.streaming:
             try:
                 query = self._retry(Checkpoint.at(self.config.checkpoint, self.config.storage).query_id,

@@ -51,11 +51,14 @@ def publisher(config: FileSinkConfig, store: Store) -> Callable[[FileDecision], 
     return publish
 
 
-def prepare_table(config: FileSinkConfig, schema: Any) -> None:
+def prepare_table(config: FileSinkConfig, schema: Any, store: Store) -> None:
     """Before anything is written: the metastore answers, and the table exists (created
-    from ``schema`` if missing) with the sink's partition columns."""
+    from ``schema`` if missing) with the sink's partition columns. The table's directory is
+    made first, as a partition's is (:func:`register_partitions`): a metastore that makes
+    it deletes it again when the creation clashes with another writer's."""
     metastore = metastore_of(config)
     if metastore is not None:
+        staging_of(store).prepare_directories(config.layout.root, [""])
         metastore.ensure_table(schema, config.partitioning)
 
 

@@ -133,7 +133,16 @@ class UploadStaging:
         return UploadParticipants(layout, self.store, decisions)
 
     def prepare_directories(self, root: PurePath, directories: Iterable[str]) -> None:
-        pass  # S3 has no directories to create
+        # S3 has no directories, but a metastore on s3a:// has: one that finds no object
+        # under a new partition's prefix makes the directory (a marker) and, when its add
+        # then clashes with another writer's add of the same partition, deletes the prefix
+        # with everything in it, by then another writer's final files (the S3 long life
+        # lost a batch so). With a marker there first, it finds the directory and leaves
+        # the prefix alone (docs/dev/decisions.md, "A new partition's directory is created
+        # before the metastore registers it").
+        for directory in directories:
+            with contextlib.suppress(StorageError):
+                self.store.mark_directory(str(root / directory))
 
     def ignored_publish(self, probe: str) -> str | None:
         # The commit's never-replace rule stands on the completion's condition, which a

@@ -21,7 +21,7 @@ import enum
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
 from kafka_eos_ds.kafka.clients import ChannelLike, CoordinatorAdminLike
@@ -42,6 +42,7 @@ INVALID_PRODUCER_ID_MAPPING = 49
 INVALID_TRANSACTION_TIMEOUT = 50
 CONCURRENT_TRANSACTIONS = 51
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNSTABLE_OFFSET_COMMIT = 88
 PRODUCER_FENCED = 90
 
 RETRIABLE = frozenset({REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
@@ -216,15 +217,46 @@ class TransactionCoordinator:
             code = int(getattr(error, "errno", NONE) or NONE)
             self._raise_for(code, f"OffsetCommit(group {group_id!r}, {tp.topic}-{tp.partition})")
 
-    def group_offsets(self, group_id: str) -> dict[str, dict[str, int]]:
-        """The committed offsets of ``group_id`` (``{"topic": {"partition": offset}}``; empty if none)."""
-        with mapping_client_errors(f"Reading the offsets of group {group_id!r} failed", self._conf):
-            found = self._admin.list_group_offsets(group_id).get(group_id, {})
-        out: dict[str, dict[str, int]] = {}
-        for tp, meta in found.items():
-            if meta.offset is not None and meta.offset >= 0:
-                out.setdefault(tp.topic, {})[str(tp.partition)] = int(meta.offset)
-        return out
+    def group_offsets(self, group_id: str, partitions: Mapping[str, Iterable[Any]], *,
+                      timeout_s: float = 60.0) -> dict[str, dict[str, int]]:
+        """The committed offsets of ``group_id`` on ``partitions`` (``{"topic": partitions}``,
+        each partition a number or its string): ``{"topic": {"partition": offset}}``, a
+        partition without one left out.
+
+        Asked with require_stable (KIP-447, OffsetFetch v7). A transaction carrying offsets
+        is committed once the coordinator logs the decision; its marker reaches the group a
+        moment later, and until then a plain fetch answers the offsets from before the
+        commit (a CI run read ``{}`` right after a commit). The group coordinator answers
+        UNSTABLE_OFFSET_COMMIT for such a partition instead: asked again, with backoff,
+        until every partition is stable or ``timeout_s`` passes.
+        """
+        from kafka.protocol.consumer.group import OffsetFetchRequest
+
+        topic_type = OffsetFetchRequest.OffsetFetchRequestTopic
+        topics = [topic_type(name=t, partition_indexes=sorted({int(p) for p in parts}))
+                  for t, parts in sorted(partitions.items())]
+        what = f"OffsetFetch(group {group_id!r})"
+        deadline = self._clock() + timeout_s
+        delay = 0.02
+        while True:
+            request = OffsetFetchRequest(group_id=group_id, topics=topics, require_stable=True, max_version=7)
+            response = self._send_to_coordinator(group_id, request, group=True)
+            codes = [int(getattr(response, "error_code", NONE))] + [
+                int(part.error_code) for topic in response.topics for part in topic.partitions]
+            waiting = [c for c in codes if c == UNSTABLE_OFFSET_COMMIT or c in RETRIABLE]
+            for code in codes:
+                if code not in waiting:
+                    self._raise_for(code, what)
+            if not waiting:
+                return {topic.name: {str(part.partition_index): int(part.committed_offset)
+                                     for part in topic.partitions if part.committed_offset >= 0}
+                        for topic in response.topics
+                        if any(part.committed_offset >= 0 for part in topic.partitions)}
+            if self._clock() >= deadline:
+                raise KafkaClientError(f"{what} failed: {error_name(waiting[0])} for {timeout_s:.0f} s",
+                                       retriable=True, code=waiting[0])
+            self._sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     @staticmethod
     def _raise_for(code: int, what: str) -> None:

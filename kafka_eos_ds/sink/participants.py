@@ -128,7 +128,8 @@ class KafkaTransactions:
             return state.state in (TxnStatus.COMPLETE_COMMIT, TxnStatus.PREPARE_COMMIT)
         # The id expired, or its epoch moved on (a timeout abort or a fence, before or after
         # a commit): the group's offsets, which rode in the transaction, tell.
-        return source_progress.compare(progress["offsets"], self.coordinator.group_offsets(str(progress["group"])))
+        held = self.coordinator.group_offsets(str(progress["group"]), progress["offsets"])
+        return source_progress.compare(progress["offsets"], held)
 
     def abandoned_message(self, progress: Mapping[str, Any], first: KafkaParticipant) -> str:
         return (f"The consumer group '{progress['group']}' (option 'sourceGroupId') holds offsets before the batch's "
@@ -138,7 +139,7 @@ class KafkaTransactions:
 
     def resumes_before(self, progress: Mapping[str, Any], reached: bool = True) -> str | None:
         group, offsets = str(progress["group"]), progress["offsets"]
-        held = self.coordinator.group_offsets(group)
+        held = self.coordinator.group_offsets(group, offsets)
         # Every partition at or past the output's end: a group behind anywhere (offsets
         # reset by hand, or moved back) would have the new query write that part again.
         # Not reached (an abandoned batch's end): the output ends before it, where the

@@ -13,10 +13,13 @@ or the same success (AWS, SeaweedFS): the caller then checks the object itself.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, TypeVar
 
 from kafka_eos_ds.errors import ConfigError, StorageError
 from kafka_eos_ds.storage import StorageOptions
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
@@ -84,7 +87,13 @@ class S3Store:
         extra = {"IfNoneMatch": "*"} if new else {}
         self._call(lambda: self._client.put_object(Bucket=self.bucket, Key=_key(path), Body=data, **extra), path)
 
+    def mark_directory(self, path: str) -> None:
+        """An empty object at ``path/``: what Hadoop's s3a takes for a directory (its own
+        ``mkdirs`` writes the same marker), so that s3a clients see ``path`` as one."""
+        self.put(path.rstrip("/") + "/", b"")
+
     def delete(self, path: str) -> None:
+        log.debug("delete %s", path)
         self._call(lambda: self._client.delete_object(Bucket=self.bucket, Key=_key(path)), path)
 
     def delete_tree(self, path: str) -> None:
@@ -94,6 +103,7 @@ class S3Store:
             for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 keys = [{"Key": o["Key"]} for o in page.get("Contents", ())]
                 if keys:
+                    log.debug("delete %s", ", ".join(k["Key"] for k in keys))
                     self._client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True})
         self._call(delete_all, path)
 
@@ -115,10 +125,12 @@ class S3Store:
         already (never replaced), FileNotFoundError when the upload is gone (completed
         before, or aborted: the caller looks at the object)."""
         done = {"Parts": [{"PartNumber": n, "ETag": etag} for n, etag in parts]}
+        log.debug("complete %s (upload %s)", path, upload)
         self._call(lambda: self._client.complete_multipart_upload(Bucket=self.bucket, Key=_key(path), UploadId=upload,
                                                                   MultipartUpload=done, IfNoneMatch="*"), path)
 
     def abort(self, path: str, upload: str) -> None:
+        log.debug("abort %s (upload %s)", path, upload)
         try:
             self._call(lambda: self._client.abort_multipart_upload(Bucket=self.bucket, Key=_key(path),
                                                                    UploadId=upload), path)

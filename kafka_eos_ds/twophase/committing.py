@@ -83,6 +83,7 @@ class Committing(Generic[H]):
                 steps.carry(decision)
                 decision = replace(decision, progress_attached=True)
             decisions.write(write.key, decision)
+        log.debug("batch %s of %s decided: %s", batch, write.app, decision)
         faults.check("driver-after-decision", batch=batch)
         try:
             steps.commit_all(decision, write.key)
@@ -105,6 +106,7 @@ class Committing(Generic[H]):
             decided = {p.id for p in decision.participants}
             steps.fence(sorted({p.id for p in messages if p is not None and p.records > 0} - decided))
         self._record_done(write, decision)
+        log.debug("batch %s of %s done", batch, write.app)
         faults.check("driver-after-done", batch=batch)
         self._forget_job(write)
 

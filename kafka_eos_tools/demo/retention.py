@@ -99,6 +99,7 @@ class Retention(threading.Thread):
         self.removed_files: list[str] = []  # "<partition>/<file name>"
         self.back: list[str] = []  # dropped partitions found registered again
         self.late_files: list[str] = []  # files found in a partition after its rows were read
+        self.journal: list[str] = []  # what each pass saw and did, timed (the run writes it beside its logs)
         self.passes = 0
         self.error: BaseException | None = None
         self.stopping = threading.Event()
@@ -138,7 +139,9 @@ class Retention(threading.Thread):
     def sweep(self, consumer: Consumer) -> int:
         with self._lock:
             self.passes += 1
-            last = last_droppable_hour(self._lasts(consumer), self.keep)
+            lasts = self._lasts(consumer)
+            last = last_droppable_hour(lasts, self.keep)
+            self._note(f"pass {self.passes}: last hours {lasts}, droppable up to {last}")
             if last is None:
                 return 0
             dropped = 0
@@ -169,8 +172,18 @@ class Retention(threading.Thread):
         except FileNotFoundError:
             pass  # a metastore that deletes an external table's data did it already
         self.dropped.append(name)
+        per_file: dict[str, list[str]] = {}
+        for file, row in rows:
+            value = row.get("value")
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            per_file.setdefault(file, []).append(text.split("|", 1)[0])
+        self._note(f"dropped {name}: " + ", ".join(f"{file} ({len(ids)} rows, ids {min(ids)}..{max(ids)})"
+                                                   for file, ids in sorted(per_file.items())))
         self.removed += [(name, row) for _file, row in rows]
         self.removed_files += sorted({f"{name}/{file}" for file, _row in rows})
+
+    def _note(self, line: str) -> None:
+        self.journal.append(f"{datetime.now(timezone.utc).strftime('%H:%M:%S.%f')[:-3]} {line}")
 
     def _lasts(self, consumer: Consumer) -> list[tuple[int | None, bool]]:
         lasts = []

@@ -37,6 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import kafka_eos_ds
 from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_tools import faults
 from kafka_eos_tools.demo import table_audit
@@ -51,6 +52,9 @@ from kafka_eos_tools.demo.table_chaos import (
     table_pipeline,
 )
 
+# Every driver logs at DEBUG (the sink's decisions, each S3 completion and delete): a loss
+# in a life this long is diagnosed from the first run that shows it.
+DRIVER_ENV = {**os.environ, kafka_eos_ds.LOG_LEVEL_VARIABLE: "DEBUG"}
 SECOND_IDS = 1_000_000  # pipeline 2's first id: the two inputs' ids never meet in the table
 KEYS = 64  # the feeder's keys, k0..k63 (seed_input's default too)
 
@@ -115,7 +119,7 @@ class Lane:
         self.committed = CommittedInput(self.chaos.workdir / "checkpoint")
         self.feeder = InputFeeder(plan.bootstrap, topic, plan.records, 3 * plan.max_offsets, self.committed.records,
                                   keys=KEYS, first=self.first, timestamp_of=timestamp_of)
-        self.pipeline = Pipeline(self.chaos, topic, f"table-{number}")
+        self.pipeline = Pipeline(self.chaos, topic, f"table-{number}", DRIVER_ENV)
         self.watched = WatchedInput(topic, 2, [self.chaos.workdir / "checkpoint"])
         self.kills = 0
         self.base_batch = -1  # the newest committed batch when the running driver started
@@ -209,6 +213,7 @@ def run_table_life(plan: LifePlan, progress: Progress = lambda msg, frac: None) 
         for pipeline in pipelines:
             pipeline.kill(hard=True)
         retention.join(60)  # its pass under way ends before the servers stop
+        (plan.workdir / "retention.log").write_text("\n".join(retention.journal) + "\n")
     runs = sum(p.runs for p in [one.pipeline, two.pipeline, *new_queries])
     return LifeResult(audit, records_in, {lane.number: lane.kills for lane in lanes}, runs, len(retention.dropped),
                       len(retention.removed), dead, dead_files, time.monotonic() - started, plan.workdir)
@@ -233,7 +238,7 @@ def _chaos(plan: LifePlan, lanes: list[Lane], retention: Retention, rng: random.
 def _die_after_a_decision(plan: LifePlan, lane: Lane, pipelines: list[Pipeline], progress: Progress) -> int:
     """Run pipeline 1 once more with a fault that kills its driver right after a batch's
     decision; the batch it leaves decided and never done."""
-    env = {**os.environ, **faults.environment("driver-after-decision")}
+    env = {**DRIVER_ENV, **faults.environment("driver-after-decision")}
     dying = Pipeline(lane.chaos, lane.topic, f"table-{lane.number}", env)
     dying.runs = lane.pipeline.runs
     pipelines.append(dying)
@@ -264,7 +269,7 @@ def _new_query(plan: LifePlan, lane: Lane, name: str, table: str, location: str,
                            ["--resume-from-table", location])
     chaos.workdir.mkdir(parents=True, exist_ok=True)
     lane.watched.checkpoints.append(chaos.workdir / "checkpoint")
-    query = Pipeline(chaos, lane.topic, f"table-{lane.number}")
+    query = Pipeline(chaos, lane.topic, f"table-{lane.number}", DRIVER_ENV)
     pipelines.append(query)
     return query
 

@@ -1,8 +1,8 @@
 """THIN ADAPTER under ``kafka_eos_ds.kafka.coordinator.TransactionCoordinator``: the real class
 runs, built with :class:`ModelAdmin` as its ``admin_factory`` (kafka-python's
-``KafkaAdminClient``: DescribeTransactions, ListTransactions, OffsetFetch, OffsetCommit)
+``KafkaAdminClient``: DescribeTransactions, ListTransactions, OffsetCommit)
 and :class:`ModelChannel` as its ``channel_factory`` (requests to a coordinator: EndTxn,
-InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, read from kafka-python's own request
+InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, OffsetFetch, read from kafka-python's own request
 objects). So the real fence loop, error mapping, id filtering and ``KafkaTransactions`` /
 ``commit_outcome`` run on the model's answers.
 
@@ -95,6 +95,27 @@ class ModelChannel:
             SimpleNamespace(partition_index=p.partition_index, error_code=code) for p in t.partitions])
             for t in req.topics])
 
+    def _OffsetFetch(self, req: Any) -> Any:
+        """With require_stable: a partition with a transaction's offsets not yet marked
+        answers UNSTABLE_OFFSET_COMMIT (the group coordinator's own check)."""
+        group, asked = req.group_id, [(t.name, int(p)) for t in req.topics for p in t.partition_indexes]
+        groups = self.world.cluster.groups
+
+        def fetched() -> Any:
+            held = groups.offsets(group)
+            unstable = groups.pending_partitions(group) if req.require_stable else set()
+            answer = {tp: (e.UNSTABLE_OFFSET_COMMIT, -1) if tp in unstable else (e.NONE, held.get(tp, -1))
+                      for tp in asked}
+            if unstable & set(asked):
+                self.world.sched.log(f"  -> {e.name(e.UNSTABLE_OFFSET_COMMIT)}")
+            return _answer(e.NONE, topics=[SimpleNamespace(name=t.name, partitions=[
+                SimpleNamespace(partition_index=int(p), committed_offset=answer[(t.name, int(p))][1],
+                                error_code=answer[(t.name, int(p))][0]) for p in t.partition_indexes])
+                for t in req.topics])
+
+        return request("OffsetFetch", f"group {group} {asked}", fetched,
+                       unavailable=lambda c: _answer(c, topics=[]), lost=kerrors.KafkaTimeoutError)
+
 
 class ModelAdmin:
     """kafka-python's ``KafkaAdminClient`` (the calls the coordinator class makes) on the model."""
@@ -137,15 +158,6 @@ class ModelAdmin:
                         for tid, pid, state in self.tc.list_transactions(states, transactional_id_pattern)]}
 
         return self._call("ListTransactions", transactional_id_pattern or "", listed)
-
-    def list_group_offsets(self, group_id: str) -> Mapping[str, Any]:
-        from kafka.structs import OffsetAndMetadata, TopicPartition
-
-        def fetched() -> dict[str, Any]:
-            found = self.world.cluster.groups.offsets(group_id)
-            return {group_id: {TopicPartition(t, p): OffsetAndMetadata(o, "", None) for (t, p), o in found.items()}}
-
-        return self._call("OffsetFetch", f"group {group_id}", fetched)
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[Any, Any]) -> Mapping[Any, Any]:
         flat = {(tp.topic, int(tp.partition)): int(meta.offset) for tp, meta in offsets.items()}

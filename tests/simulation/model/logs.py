@@ -137,6 +137,10 @@ class Groups:
     def offsets(self, group: str) -> dict[tuple[str, int], int]:
         return dict(self.committed.get(group, {}))
 
+    def pending_partitions(self, group: str) -> set[tuple[str, int]]:
+        """The partitions of ``group`` with transactional offsets waiting for their marker."""
+        return {tp for (g, _pid), pending in self._pending.items() if g == group for tp in pending}
+
     def stable(self, group: str) -> bool:
         """Whether an OffsetFetch with require_stable (KIP-447; librdkafka's committed() of a
         read_committed consumer) answers now: no transactional offsets of the group are
