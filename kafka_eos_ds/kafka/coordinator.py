@@ -21,7 +21,7 @@ import enum
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError, TransactionError
 from kafka_eos_ds.kafka.clients import ChannelLike, CoordinatorAdminLike
@@ -236,9 +236,8 @@ class TransactionCoordinator:
         topics = [topic_type(name=t, partition_indexes=sorted({int(p) for p in parts}))
                   for t, parts in sorted(partitions.items())]
         what = f"OffsetFetch(group {group_id!r})"
-        deadline = self._clock() + timeout_s
-        delay = 0.02
-        while True:
+        waiting: list[int] = []
+        for _attempt in self._attempts(timeout_s):
             request = OffsetFetchRequest(group_id=group_id, topics=topics, require_stable=True, max_version=7)
             response = self._send_to_coordinator(group_id, request, group=True)
             codes = [int(getattr(response, "error_code", NONE))] + [
@@ -248,15 +247,14 @@ class TransactionCoordinator:
                 if code not in waiting:
                     self._raise_for(code, what)
             if not waiting:
-                return {topic.name: {str(part.partition_index): int(part.committed_offset)
-                                     for part in topic.partitions if part.committed_offset >= 0}
-                        for topic in response.topics
-                        if any(part.committed_offset >= 0 for part in topic.partitions)}
-            if self._clock() >= deadline:
-                raise KafkaClientError(f"{what} failed: {error_name(waiting[0])} for {timeout_s:.0f} s",
-                                       retriable=True, code=waiting[0])
-            self._sleep(delay)
-            delay = min(delay * 2, 1.0)
+                held: dict[str, dict[str, int]] = {}
+                for topic in response.topics:
+                    for part in topic.partitions:
+                        if part.committed_offset >= 0:
+                            held.setdefault(topic.name, {})[str(part.partition_index)] = int(part.committed_offset)
+                return held
+        raise KafkaClientError(f"{what} failed: {error_name(waiting[0])} for {timeout_s:.0f} s",
+                               retriable=True, code=waiting[0])
 
     @staticmethod
     def _raise_for(code: int, what: str) -> None:
@@ -280,10 +278,9 @@ class TransactionCoordinator:
         """
         from kafka.protocol.producer.transaction import InitProducerIdRequest
 
-        deadline = self._clock() + timeout_s
-        delay = 0.02
         last: KafkaClientError | None = None
-        while True:
+        code = NONE
+        for _attempt in self._attempts(timeout_s):
             request = InitProducerIdRequest(transactional_id=transactional_id,
                                             transaction_timeout_ms=int(transaction_timeout_ms),
                                             producer_id=-1, producer_epoch=-1, max_version=4)
@@ -300,9 +297,19 @@ class TransactionCoordinator:
             if code not in RETRIABLE and code != -1:
                 raise TransactionError(f"Could not abort the open transaction of {transactional_id}: "
                                        f"{error_name(code)}")
+        raise TransactionError(f"Could not abort the open transaction of {transactional_id} within "
+                               f"{timeout_s:.0f}s (last: {last or error_name(code)})", retriable=True)
+
+    def _attempts(self, timeout_s: float) -> Iterator[None]:
+        """One step per attempt of a call the coordinator may answer "not yet": between
+        attempts a backoff of 20 ms doubling to 1 s; none after ``timeout_s`` has passed
+        (the caller then raises its timeout)."""
+        deadline = self._clock() + timeout_s
+        delay = 0.02
+        while True:
+            yield
             if self._clock() >= deadline:
-                raise TransactionError(f"Could not abort the open transaction of {transactional_id} within "
-                                       f"{timeout_s:.0f}s (last: {last or error_name(code)})", retriable=True)
+                return
             self._sleep(delay)
             delay = min(delay * 2, 1.0)
 
