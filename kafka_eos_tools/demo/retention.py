@@ -177,7 +177,9 @@ class Retention(threading.Thread):
             value = row.get("value")
             text = value.decode() if isinstance(value, bytes) else str(value)
             per_file.setdefault(file, []).append(text.split("|", 1)[0])
-        self._note(f"dropped {name}: " + ", ".join(f"{file} ({len(ids)} rows, ids {min(ids)}..{max(ids)})"
+        for ids in per_file.values():
+            ids.sort(key=lambda i: (len(i), i))  # decimal ids: "99" before "100"
+        self._note(f"dropped {name}: " + ", ".join(f"{file} ({len(ids)} rows, ids {ids[0]}..{ids[-1]})"
                                                    for file, ids in sorted(per_file.items())))
         self.removed += [(name, row) for _file, row in rows]
         self.removed_files += sorted({f"{name}/{file}" for file, _row in rows})
