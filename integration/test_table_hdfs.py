@@ -66,6 +66,18 @@ def test_hdfs_store_creates_and_moves_without_ever_replacing_a_file(hdfs):
     assert store.list_names(base) == ["staged"]
 
 
+def test_a_name_longer_than_the_namenode_allows_is_refused_as_not_retriable(hdfs):
+    # The table's staging asks again for a directory only when asking again can help: a
+    # partition value too long for a name is left to the metastore's or the commit's own
+    # refusal, instead of retried until the commit timeout.
+    from kafka_eos_ds.errors import StorageError
+
+    store = HdfsStore(hdfs.url, StorageOptions())
+    with pytest.raises(StorageError, match="shorten the partition values") as info:
+        store.make_dirs(f"{_path(hdfs.path())}/country={'x' * 400}")
+    assert not info.value.retriable
+
+
 def _batch(ids, days):
     import datetime as dt
 

@@ -69,6 +69,17 @@ def test_s3_store_creates_small_files_only_once_and_completes_uploads_once(s3):
     assert store.read_text(key) == "x" * 100
 
 
+def test_a_key_longer_than_s3_allows_is_refused_as_not_retriable(s3):
+    # As on HDFS: a directory marker that cannot be written because the key is too long is
+    # left to the metastore's own refusal, never retried until the commit timeout.
+    from kafka_eos_ds.errors import StorageError
+
+    store = S3Store(s3.new_bucket(), StorageOptions(s3_options(s3)))
+    with pytest.raises(StorageError, match="longer than S3's 1,024 bytes") as info:
+        store.mark_directory(f"/t/country={'x' * 1100}")
+    assert not info.value.retriable
+
+
 def test_the_store_passes_the_create_if_absent_probe_and_the_probe_leaves_nothing(s3):
     bucket = s3.new_bucket()
     config = FileSinkConfig.from_options({"path": f"s3a://{bucket}/lake/probed", **s3_options(s3)}, SCHEMA)

@@ -331,3 +331,62 @@ def test_on_s3_a_new_partitions_directory_marker_exists_before_the_metastore_reg
     register_partitions(config, _s3_store(client), [FileParticipant("q1/0-0", 0, 0, 6, StagedFiles(files))])
     assert hms.found == [True, True], hms.found
     assert sorted(hms.partitions) == [["de"], ["fr"]]
+
+
+class ThrottledMarkerClient(FakeS3Client):
+    """S3 throttling the first ``throttled`` writes of a directory marker (503 SlowDown)."""
+
+    def __init__(self, throttled: int) -> None:
+        super().__init__()
+        self.throttled = throttled
+
+    def put_object(self, Bucket, Key, Body, IfNoneMatch=None):
+        if Key.endswith("/") and self.throttled:
+            self.throttled -= 1
+            raise self._error("SlowDown", 503)
+        super().put_object(Bucket, Key, Body, IfNoneMatch)
+
+
+def test_a_throttled_directory_marker_holds_the_registration_back_until_it_is_written(monkeypatch):
+    # Registering without the marker is what lets the metastore delete another writer's
+    # files: a marker S3 did not write this time is asked for again (the commit retries a
+    # retriable error), never skipped.
+    from hmsclient import hmsclient
+
+    from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile, StagedFiles
+    from kafka_eos_ds.filesink.publishing import prepare_table, register_partitions
+
+    client = ThrottledMarkerClient(throttled=0)
+    hms = MarkerWatchingHms(client, "events")
+    monkeypatch.setattr(hmsclient, "HMSClient", hms)
+    config = FileSinkConfig.from_options({"path": "s3a://lake/events", "partitionBy": "country",
+                                          "table": "lake.events", "hive.metastore.uris": "thrift://metastore:9083"},
+                                         SCHEMA)
+    files = tuple(StagedFile(f"country={c}/part-00000-00000-q1-t.parquet", "", f"country={c}", 3)
+                  for c in ("fr", "de"))
+    participants = [FileParticipant("q1/0-0", 0, 0, 6, StagedFiles(files))]
+    prepare_table(config, SCHEMA, _s3_store(client))
+    client.throttled = 1
+    with pytest.raises(StorageError, match="SlowDown") as info:
+        register_partitions(config, _s3_store(client), participants)
+    assert info.value.retriable and hms.partitions == []  # nothing registered without its marker
+    register_partitions(config, _s3_store(client), participants)  # the commit's retry
+    assert hms.found == [True, True] and sorted(hms.partitions) == [["de"], ["fr"]]
+
+
+@pytest.mark.parametrize("error, raised", [(StorageError("NameNode failing over", retriable=True), True),
+                                           (StorageError("name too long", retriable=False), False),
+                                           (OSError(36, "File name too long"), False)])
+def test_a_directory_the_store_may_make_when_asked_again_is_not_skipped(error, raised):
+    from kafka_eos_ds.filesink.staging import RenameStaging
+
+    class FailingStore:
+        def make_dirs(self, path):
+            raise error
+
+    staging = RenameStaging(FailingStore())  # type: ignore[arg-type]
+    if raised:  # the caller retries it before registering
+        with pytest.raises(StorageError):
+            staging.prepare_directories(PurePosixPath("/lake/t"), ["country=fr"])
+    else:  # left to the metastore's or the commit's own refusal
+        staging.prepare_directories(PurePosixPath("/lake/t"), ["country=fr"])

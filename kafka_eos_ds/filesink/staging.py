@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from kafka_eos_ds.errors import StorageError, TransactionError
 from kafka_eos_ds.filesink.decision_log import FileDecisionLog
@@ -107,7 +107,7 @@ class RenameStaging:
         for directory in directories:
             # A directory that cannot be made here (a value too long for a name) is refused
             # by the metastore, or by the commit's move, each with its own message.
-            with contextlib.suppress(OSError, StorageError):
+            with _unless_retriable(OSError):
                 self.store.make_dirs(str(root / directory))
 
     def ignored_publish(self, probe: str) -> str | None:
@@ -141,7 +141,7 @@ class UploadStaging:
         # the prefix alone (docs/dev/decisions.md, "A new partition's directory is created
         # before the metastore registers it").
         for directory in directories:
-            with contextlib.suppress(StorageError):
+            with _unless_retriable():
                 self.store.mark_directory(str(root / directory))
 
     def ignored_publish(self, probe: str) -> str | None:
@@ -212,3 +212,18 @@ class RenameFile:
 
     def staged(self) -> StagedFile:
         return replace(self._staged, records=self.records)
+
+
+@contextlib.contextmanager
+def _unless_retriable(*ignored: type[BaseException]) -> Iterator[None]:
+    """A directory the store refuses to make is left to the metastore's or the commit's own
+    refusal; a store that may make it when asked again (a throttled S3 request, a NameNode
+    failing over) is asked again by the caller's retry, never skipped: a registration
+    without the directory is the one that can delete another writer's files."""
+    try:
+        yield
+    except StorageError as exc:
+        if exc.retriable:
+            raise
+    except ignored:
+        pass

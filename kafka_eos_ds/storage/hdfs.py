@@ -97,6 +97,9 @@ class HdfsStore:
             if "AccessControlException" in text or "Permission denied" in text:
                 raise StorageError(f"HDFS refused access to {self.url}{path}: {text[:300]} (check the user and "
                                    "the directory's permissions)", retriable=False) from exc
+            if "PathComponentTooLong" in text:  # a name over the NameNode's limit: asking again cannot help
+                raise StorageError(f"HDFS refused {self.url}{path}: {text[:300]} (shorten the partition values or "
+                                   "the path)", retriable=False) from exc
             raise StorageError(f"HDFS call on {self.url}{path} failed: {text[:300]}", retriable=True) from exc
 
 

@@ -165,6 +165,9 @@ class S3Store:
                 raise FileExistsError(where) from exc
             if code in _DENIED or status == 403:
                 raise StorageError(f"S3 refused {where} ({code}): {_CREDENTIALS}.", retriable=False) from exc
+            if code == "KeyTooLongError":  # S3 keys are at most 1,024 bytes: asking again cannot help
+                raise StorageError(f"S3 refused {where}: the key is longer than S3's 1,024 bytes (shorten the "
+                                   "partition values or the path).", retriable=False) from exc
             if code == "NoSuchBucket":
                 raise StorageError(f"The bucket of {where} does not exist: create it, or correct 'path'.",
                                    retriable=False) from exc
