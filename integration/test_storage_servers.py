@@ -238,8 +238,8 @@ def test_gcs_checkpoint_files_written_by_one_client_are_read_by_the_sinks_reader
     from pyarrow import fs
 
     from kafka_eos_ds.errors import ConfigError
-    from kafka_eos_ds.sink.source_progress import Checkpoint
     from kafka_eos_ds.storage import StorageOptions
+    from kafka_eos_ds.storage.checkpoint import Checkpoint
 
     bucket = gcs.new_bucket()
     scheme, host = gcs.endpoint.split("://", 1)

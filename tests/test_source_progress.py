@@ -10,7 +10,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.sink import batch_writer
 from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.source_progress import Checkpoint
+from kafka_eos_ds.storage.checkpoint import Checkpoint
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
 
@@ -44,8 +44,12 @@ def test_the_query_id_comes_from_the_checkpoint_metadata(tmp_path):
 def test_a_query_the_option_cannot_serve_is_refused_naming_it(tmp_path, sources, message):
     offset_log(tmp_path, 0, *sources)
     with pytest.raises(ConfigError, match=message) as info:
+        Checkpoint.at(str(tmp_path), option="sourceGroupId").end_offsets(0)
+    assert "Option 'sourceGroupId'" in str(info.value) and "Remove 'sourceGroupId'" in str(info.value)
+    # The table sink reads the same offsets for itself: its reader names no Kafka sink option.
+    with pytest.raises(ConfigError, match=message) as info:
         Checkpoint.at(str(tmp_path)).end_offsets(0)
-    assert "sourceGroupId" in str(info.value)
+    assert "sourceGroupId" not in str(info.value)
 
 
 def test_checkpoints_are_read_where_spark_keeps_them_and_other_schemes_are_named():

@@ -32,8 +32,8 @@ from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
 from kafka_eos_ds.filesink.staging import staging_of
 from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams, takes_over
 from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
-from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import Store
+from kafka_eos_ds.storage.checkpoint import Checkpoint
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DoneMark

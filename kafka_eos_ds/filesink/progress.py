@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.filesink.handles import FileDecision, FileParticipant
-from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.storage import Files, StorageOptions
+from kafka_eos_ds.storage.checkpoint import Checkpoint
 from kafka_eos_ds.twophase.identity import Kind
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE
 

@@ -6,7 +6,7 @@ once), :mod:`.kafka_sink` (the sink's steps, composed into the protocol's writer
 :mod:`.messages` (what a task reports), and the two ports of :mod:`kafka_eos_ds.twophase`:
 :mod:`.participants` (transactions by id, with :mod:`.commit_outcome` sorting EndTxn
 answers) and :mod:`.decision_log` (the commit-log topic). :mod:`.transactional_ids` names
-the transactions; :mod:`.source_progress` reads what a batch consumed;
+the transactions; :mod:`kafka_eos_ds.storage.checkpoint` reads what a batch consumed;
 :mod:`.transactions_tool` lists and aborts a sink's open transactions for operators.
 """
 

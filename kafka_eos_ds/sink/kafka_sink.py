@@ -33,8 +33,8 @@ from kafka_eos_ds.sink.participants import (
     commit_time_needed_s,
 )
 from kafka_eos_ds.sink.runtime import DEFAULT, KafkaRuntime
-from kafka_eos_ds.sink.source_progress import Checkpoint
 from kafka_eos_ds.sink.task_writer import write_partition
+from kafka_eos_ds.storage.checkpoint import Checkpoint
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DONE, Decision, DoneMark
@@ -294,7 +294,7 @@ class KafkaSink:
         group = self.config.source_group_id
         if group is None or write.kind is not Kind.STREAM:
             return None
-        checkpoint = Checkpoint.at(self.config.checkpoint, self.config.storage)
+        checkpoint = Checkpoint.at(self.config.checkpoint, self.config.storage, option="sourceGroupId")
         progress: dict[str, Any] = self._retry(lambda: checkpoint.progress(group, write.version),
                                                "Could not read the checkpoint")
         return progress

@@ -40,7 +40,7 @@ from kafka_eos_ds.kafka.coordinator import (
     TxnState,
     TxnStatus,
 )
-from kafka_eos_ds.sink import source_progress, transactional_ids
+from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
 from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S, WRITER_TIMEOUT_MS, KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaParticipant
@@ -129,7 +129,7 @@ class KafkaTransactions:
         # The id expired, or its epoch moved on (a timeout abort or a fence, before or after
         # a commit): the group's offsets, which rode in the transaction, tell.
         held = self.coordinator.group_offsets(str(progress["group"]), progress["offsets"])
-        return source_progress.compare(progress["offsets"], held)
+        return group_reached(progress["offsets"], held)
 
     def abandoned_message(self, progress: Mapping[str, Any], first: KafkaParticipant) -> str:
         return (f"The consumer group '{progress['group']}' (option 'sourceGroupId') holds offsets before the batch's "
@@ -347,3 +347,21 @@ def _in_state(state: TxnState | None, status: TxnStatus, producer_id: int, epoch
     """Whether the coordinator holds *our* transaction (same producer id and epoch) in ``status``."""
     return (state is not None and state.state == status
             and (state.producer_id, state.producer_epoch) == (producer_id, epoch))
+
+
+def group_reached(progress: Mapping[str, Mapping[str, int]], group: Mapping[str, Mapping[str, int]]) -> bool | None:
+    """Where the group's committed offsets stand against a batch's end offsets ``progress``.
+
+    True: exactly there (the batch's first transaction, which carried them, committed).
+    False: every partition at or before them, some before (it did not commit; the group
+    holds an earlier batch's offsets). None: anything else (no offsets, or offsets
+    beyond the batch): it cannot be told.
+    """
+    behind = False
+    for topic, parts in progress.items():
+        for part, end in parts.items():
+            at = group.get(topic, {}).get(str(part))
+            if at is None or at > int(end):
+                return None
+            behind = behind or at < int(end)
+    return not behind

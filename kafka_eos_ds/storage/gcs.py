@@ -2,7 +2,7 @@
 GCS file system, which the sink already depends on: no further client to install.
 
 Only reading is needed here. The sink reads a query's checkpoint (its id, the batches
-Spark committed, a batch's end offsets; :mod:`kafka_eos_ds.sink.source_progress`), and
+Spark committed, a batch's end offsets; :mod:`kafka_eos_ds.storage.checkpoint`), and
 Spark writes it with the Hadoop GCS connector. The file sink does not write tables to
 ``gs://``: its numbered decisions need a small file created only if absent, which
 pyarrow's GCS client does not offer (docs/dev/decisions.md, "Filesystem layer").

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_eos_ds.kafka.settings import logged
-from kafka_eos_ds.sink.source_progress import Checkpoint
+from kafka_eos_ds.storage.checkpoint import Checkpoint
 from kafka_eos_tools.audit import AuditReport, audit
 from kafka_eos_tools.demo import processes
 

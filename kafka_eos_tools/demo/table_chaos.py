@@ -25,7 +25,7 @@ from typing import Sequence
 
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.kafka.settings import logged
-from kafka_eos_ds.sink.source_progress import Checkpoint
+from kafka_eos_ds.storage.checkpoint import Checkpoint
 from kafka_eos_tools.audit import id_extractor, read_topic
 from kafka_eos_tools.demo import table_audit
 from kafka_eos_tools.demo.chaos import ChaosPlan, InputFeeder, Pipeline, Progress, create_topics, drain

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kafka_eos_ds
-from kafka_eos_ds.sink.source_progress import Checkpoint
+from kafka_eos_ds.storage.checkpoint import Checkpoint
 from kafka_eos_tools import faults
 from kafka_eos_tools.demo import table_audit
 from kafka_eos_tools.demo.chaos import InputFeeder, Pipeline, Progress, create_topics, drain, seed_input
