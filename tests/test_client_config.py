@@ -297,7 +297,7 @@ def test_the_sink_metadata_client_is_built_with_every_security_setting(monkeypat
     PKCS#12, no inline PEM), then said it could not reach Kafka."""
     import confluent_kafka.admin as admin
 
-    from kafka_eos_ds.sink import kafka_sink as driver
+    from kafka_eos_ds.kafka.metadata import cluster_metadata
 
     built = []
 
@@ -313,7 +313,7 @@ def test_the_sink_metadata_client_is_built_with_every_security_setting(monkeypat
     class Config:
         producer = ClientParams({**SECURED, "acks": "all"})
 
-    assert driver.cluster_metadata(Config()) == "metadata"  # type: ignore[arg-type]
+    assert cluster_metadata(Config.producer) == "metadata"
     assert {k: built[0][k] for k in SECURED} == SECURED
 
 

@@ -87,7 +87,7 @@ def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
     import socket
     import threading
 
-    from kafka_eos_ds.sink import kafka_sink as driver
+    from kafka_eos_ds.kafka.metadata import cluster_metadata
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -111,7 +111,7 @@ def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
 
     try:
         with pytest.raises(KafkaClientError) as failure:
-            driver.cluster_metadata(Config(), timeout_s=3)  # type: ignore[arg-type]
+            cluster_metadata(Config.producer, timeout_s=3)
     finally:
         server.close()
     assert "TLS handshake failed" in str(failure.value) and "reach" not in str(failure.value)

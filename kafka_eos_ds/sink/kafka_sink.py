@@ -21,11 +21,11 @@ from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.driver_session import fingerprint
+from kafka_eos_ds.kafka.metadata import cluster_metadata
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecision, KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle, KafkaParticipant
-from kafka_eos_ds.sink.metadata import cluster_metadata
 from kafka_eos_ds.sink.participants import (
     MIN_COMMIT_TIMEOUT_MS,
     KafkaFences,
@@ -284,7 +284,8 @@ class KafkaSink:
         return log
 
     def _metadata(self) -> Any:
-        return cluster_metadata(self.config, sessions=self.runtime.sessions, client=self.runtime.metadata_client)
+        return cluster_metadata(self.config.producer, sessions=self.runtime.sessions,
+                                client=self.runtime.metadata_client)
 
     def _retry(self, call: Any, failure: str) -> Any:
         return retrying(call, failure, self.commit_timeout_s, then=NOTHING_DECIDED, sleep=self.runtime.sleep,

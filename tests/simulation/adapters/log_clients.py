@@ -40,14 +40,14 @@ def metadata() -> Any:
     return SimpleNamespace(topics=topics, brokers={1: SimpleNamespace(id=1)})
 
 
-def cluster_metadata(config: Any, timeout_s: float = 15.0) -> Any:
-    """``kafka_eos_ds.sink.metadata.cluster_metadata`` on the model."""
+def cluster_metadata(settings: Any, timeout_s: float = 15.0) -> Any:
+    """``kafka_eos_ds.kafka.metadata.cluster_metadata`` on the model."""
     request("Metadata", "", lambda: None, coordinator=False, allow=PROCESS)
     return metadata()
 
 
 class ModelMetadataClient:
-    """``kafka_eos_ds.sink.metadata.MetadataClient`` (the sink runtime's ``metadata_client``)
+    """``kafka_eos_ds.kafka.metadata.MetadataClient`` (the sink runtime's ``metadata_client``)
     on the model: each read of the cluster's topics is a request."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""The cluster's topics as the Kafka sink's driver steps read them: through an admin
-client the driver process keeps between steps."""
+"""The cluster's topics as a driver step reads them (the Kafka sink's planner and commit):
+through an admin client the driver process keeps between steps."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any, Callable, Mapping
 from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.errors import AuthWatch, mapping_client_errors
 from kafka_eos_ds.kafka.settings import client_config
-from kafka_eos_ds.sink.config import SinkConfig
 
 
 class MetadataClient:
@@ -34,9 +33,10 @@ class MetadataClient:
         del self.admin  # librdkafka destroys the client with its last reference
 
 
-def cluster_metadata(config: SinkConfig, timeout_s: float = 15.0, *, sessions: ClientSessions = SESSIONS,
+def cluster_metadata(settings: Mapping[str, Any], timeout_s: float = 15.0, *, sessions: ClientSessions = SESSIONS,
                      client: Callable[[Mapping[str, Any]], Any] = MetadataClient) -> Any:
     """The cluster's topics and brokers (confluent-kafka ClusterMetadata), fresh, through
-    the process's kept ``client`` (:class:`MetadataClient`, or a runtime's)."""
-    with sessions.session(config.producer, client) as kept:
+    the process's kept ``client`` (:class:`MetadataClient`, or a runtime's) built from the
+    client ``settings`` (the same security settings as every other client of the sink)."""
+    with sessions.session(settings, client) as kept:
         return kept.topics(timeout_s)
