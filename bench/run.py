@@ -482,12 +482,15 @@ def charts(rows: list[dict], out: Path, profile: Profile) -> list[Path]:
     return written
 
 
-def _spark(jars: str, baseline_rev: str | None = None):
+def _spark(jars: str, baseline_rev: str | None = None, confs: dict[str, str] | None = None):
     import kafka_eos_ds
     from kafka_eos_tools.spark_session import spark_builder
 
-    spark = (spark_builder("kafka-eos-bench", jars).config("spark.driver.memory", "2g")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    builder = (spark_builder("kafka-eos-bench", jars).config("spark.driver.memory", "2g")
+               .config("spark.ui.showConsoleProgress", "false"))
+    for key, value in (confs or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     kafka_eos_ds.register(spark)
     formats.register(spark, baseline_rev)

@@ -127,9 +127,11 @@ def _count(bootstrap: str, topic: str) -> int:
     return sum(1 for _ in read_topic({"bootstrap.servers": bootstrap}, topic, lambda m: None, timeout=300))
 
 
-def run_once(spark, bootstrap: str, s: Setting, variant: str, in_topic: str, target: int = 2) -> Run:
+def run_once(spark, bootstrap: str, s: Setting, variant: str, in_topic: str, target: int = 2,
+             extra_source_options: dict | None = None) -> Run:
     """One pipeline run; ``target`` is the grouped variants' task count (``targetPartitions``
-    of the kafka_eos source, ``.coalesce`` of the built-in's)."""
+    of the kafka_eos source, ``.coalesce`` of the built-in's); ``extra_source_options`` go
+    to every kafka_eos source (an A/B of one option against the same built-in runs)."""
     from kafka_eos_tools.audit import audit
 
     out_topic = create_topic(bootstrap, f"scale-out-{uuid.uuid4().hex[:8]}", s.partitions)
@@ -146,6 +148,8 @@ def run_once(spark, bootstrap: str, s: Setting, variant: str, in_topic: str, tar
     grouped = variant in (EOS_GROUPED, ALO_GROUPED)
     plan = ({"partitionPlan": "grouped", "targetPartitions": target} if grouped
             else {"partitionPlan": "perKafkaPartition"} if s.kind == "plans" and fmt != w.BUILTIN else None)
+    if extra_source_options and fmt != w.BUILTIN and source is None:
+        plan = {**(plan or {}), **extra_source_options}
     timing = w.pipeline(spark, fmt, bootstrap, in_topic, out_topic, per_batch, commits, source=source,
                         guarantee=guarantee or "exactly_once", source_options=plan,
                         coalesce=target if variant == BUILTIN_COALESCE else None)
@@ -325,7 +329,8 @@ def measure_all(spark, bootstrap: str, plan: list[Setting], args, rows: list[dic
     plans = any(s.kind == "plans" for s in plan)
     for variant in (PLAN_VARIANTS if plans else
                     (EOS, BUILTIN, *(GOAL_EXTRAS if any(s.kind == "goal" for s in plan) else ()))):
-        run_once(spark, bootstrap, warm, variant, warm_topic, args.target_partitions)
+        if not args.variants or variant in args.variants:
+            run_once(spark, bootstrap, warm, variant, warm_topic, args.target_partitions, args.source_options)
     for s in plan:
         topic = _seed(bootstrap, s)
         runs: list[Run] = []
@@ -333,9 +338,12 @@ def measure_all(spark, bootstrap: str, plan: list[Setting], args, rows: list[dic
         for rep in range(args.curve_reps if s.kind == "curve" else args.reps):
             order = (plan_variants(s.partitions, args.per_partition_up_to) if s.kind == "plans"
                      else (EOS, BUILTIN, *(GOAL_EXTRAS if s.kind == "goal" else ())))
+            if args.variants:
+                order = tuple(v for v in order if v in args.variants)
             for variant in (order if rep % 2 == 0 else order[::-1]):
                 try:
-                    runs.append(run_once(spark, bootstrap, s, variant, topic, args.target_partitions))
+                    runs.append(run_once(spark, bootstrap, s, variant, topic, args.target_partitions,
+                                         args.source_options))
                 except Exception as exc:  # one failed run must not lose a long run's results
                     runs.append(Run(variant, 0.0, failure=f"{type(exc).__name__}: {str(exc)[:300]}"))
                 r = runs[-1]
@@ -378,7 +386,17 @@ def main(argv=None) -> int:
                         help="tasks of the grouped variants (default: the session's defaultParallelism)")
     parser.add_argument("--bootstrap", help="existing Kafka (default: an embedded one)")
     parser.add_argument("--out", help="output directory (default: a temp dir)")
+    parser.add_argument("--variants", help="only these variants, comma-separated (e.g. 'builtin,kafka_eos "
+                        "exactly_once grouped')")
+    parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of every kafka_eos source (repeatable), e.g. commitOffsetsToGroup=false")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting of the session (repeatable), e.g. "
+                        "spark.python.unix.domain.socket.enabled=true")
     args = parser.parse_args(argv)
+    args.variants = {v.strip() for v in args.variants.split(",")} if args.variants else set()
+    args.source_options = dict(kv.split("=", 1) for kv in args.source_option)
+    confs = dict(kv.split("=", 1) for kv in args.spark_conf)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-scale-"))
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -403,8 +421,8 @@ def main(argv=None) -> int:
         machine = {"date": time.strftime("%Y-%m-%d"), "pyspark": pyspark.__version__, "builtin_connector": connector,
                    "cpus": os.cpu_count(), "batches": args.batches, "reps": args.reps,
                    "curve_reps": args.curve_reps, "kafka": kafka, "command": " ".join(sys.argv),
-                   "plans": args.plans}
-        spark = _spark(jars)
+                   "plans": args.plans, "source_options": args.source_options, "spark_conf": confs}
+        spark = _spark(jars, confs=confs)
         args.target_partitions = args.target_partitions or spark.sparkContext.defaultParallelism
         machine["target"] = args.target_partitions
         try:
