@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -120,7 +121,7 @@ def test_driver_side_clients_are_built_with_every_setting(kafka, new_topic, monk
     schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
     sink = SinkConfig.from_options({**base, "topic": topic, "transactionalIdPrefix": f"chk-{topic}",
                                     "commitLogTopic": unique_name("commits")}, schema)
-    driver = KafkaSink(sink, commit_timeout_s=30)
+    driver = KafkaSink(replace(sink, commit_timeout_s=30))
     driver.prepare(WriteSpec(streaming=True))
     write = WriteId(Kind.STREAM, "query-1", 0)
     message = driver.write(Task(write, 0, 0), DoneMark(), iter([(f"k{i}", f"{i}|v".encode()) for i in range(20)]))

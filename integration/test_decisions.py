@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 import zlib
+from dataclasses import replace
 
 import pytest
 from confluent_kafka import Producer
@@ -163,7 +164,7 @@ def _sink(kafka, topic, **options):
         config = SinkConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
                                           "transactionalIdPrefix": f"dec-{topic}",
                                           "commitLogTopic": log_topic, **options}, SCHEMA)
-        driver = KafkaSink(config, commit_timeout_s=30)
+        driver = KafkaSink(replace(config, commit_timeout_s=30))
 
         @staticmethod
         def precommitted(partition, rows, query, batch, write=None, attempt=0):
@@ -351,10 +352,10 @@ def test_an_older_batch_committed_after_a_newer_one_is_refused(sink):
     # did not fence it, so a driver that committed it would make it visible.
     older = sink.precommitted(1, [f"b4-{i}" for i in range(20)], "q", 4)
     with pytest.raises(TransactionError, match="Refusing to commit batch 4 of query q") as info:
-        KafkaSink(sink.config, commit_timeout_s=30).commit(older.write, [older.participant()])
+        KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(older.write, [older.participant()])
     assert not info.value.retriable
     # What Spark does next:
-    KafkaSink(sink.config, commit_timeout_s=30).abort(older.write, [older.participant()], WriteSpec(True))
+    KafkaSink(replace(sink.config, commit_timeout_s=30)).abort(older.write, [older.participant()], WriteSpec(True))
     latest = sink.log().latest("q:q")
     assert (latest.batch_id, latest.state) == (5, DONE)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
@@ -372,7 +373,7 @@ def test_a_zombie_driver_that_skips_a_foreachbatch_write_never_makes_the_new_run
     def foreach_write(run, rows):
         write = WriteId(Kind.FOREACH, "q", 0, run=run, job=uuid.uuid4().hex)
         message = sink.precommitted(0, rows, "q", 0, write=write)
-        KafkaSink(sink.config, commit_timeout_s=30).commit(write, [message.participant()])  # a driver step
+        KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(write, [message.participant()])  # a driver step
 
     first = [f"w0-{i}" for i in range(20)]
     foreach_write(new_run, first)
@@ -394,13 +395,13 @@ def test_a_zombie_drivers_post_commit_sweep_never_aborts_a_batch_its_replacement
     # writer fails (the new driver fenced it), so it aborts nothing (before the fix: 20 of
     # batch 1's 40 rows lost, "Cannot tell whether batch 1 of query q committed").
     def commit(messages):
-        return lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(messages[0].write,
+        return lambda: KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(messages[0].write,
                                                                           [m.participant() for m in messages])
 
     def replacement():
         # The new driver's planner: recovery finishes batch 0 (committed, not yet done).
         stream = WriteId(Kind.STREAM, "q", -1)
-        with KafkaSink(sink.config, commit_timeout_s=30)._committer(stream) as committer:
+        with KafkaSink(replace(sink.config, commit_timeout_s=30))._committer(stream) as committer:
             committer.recover(stream)
         return commit([sink.precommitted(p, [f"b1-{p}-{i}" for i in range(20)], "q", 1) for p in (0, 1)])
 
@@ -534,17 +535,17 @@ def _zombie_recovery_fences_a_decided_batch(sink):
     the values read_committed consumers see."""
     def recover():
         write = WriteId(Kind.STREAM, "q", 1)
-        with KafkaSink(sink.config, commit_timeout_s=30)._committer(write) as committer:
+        with KafkaSink(replace(sink.config, commit_timeout_s=30))._committer(write) as committer:
             committer.recover(write)
 
     def replacement():
         recover()  # the replacement's planner: batch 0 is done, nothing open yet
         batch1 = [sink.precommitted(p, [f"b1-{p}-{i}" for i in range(20)], "q", 1) for p in (0, 1)]
-        return lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(batch1[0].write,
+        return lambda: KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(batch1[0].write,
                                                                           [m.participant() for m in batch1])
 
     batch0 = sink.precommitted(0, [f"b0-{i}" for i in range(20)], "q", 0)
-    KafkaSink(sink.config, commit_timeout_s=30).commit(batch0.write, [batch0.participant()])
+    KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(batch0.write, [batch0.participant()])
     errors = TwoDrivers("driver-after-reading-decision").play(recover, replacement)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     return errors.get("new"), values

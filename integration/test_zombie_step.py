@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 
 from integration.test_decisions import _sink
 from integration.two_drivers import TwoDrivers
@@ -38,28 +39,28 @@ def test_a_zombie_drivers_recovery_between_a_planner_and_its_commit_never_aborts
     def planned(rows_of):
         """Batch 1 as Spark runs it: the planner's step, then two tasks on the sink it
         pickled for them, each writing and pre-committing its transaction."""
-        planner = KafkaSink(sink.config, commit_timeout_s=30)
+        planner = KafkaSink(replace(sink.config, commit_timeout_s=30))
         mark = planner.prepare(STREAM)
         tasks = pickle.loads(pickle.dumps(planner))
         return [tasks.write(Task(WriteId(Kind.STREAM, "q", 1), p, 0), mark, iter([(r,) for r in rows_of(p)]))
                 for p in (0, 1)]
 
     batch0 = sink.precommitted(0, _BATCH0, "q", 0)
-    KafkaSink(sink.config, commit_timeout_s=30).commit(batch0.write, [batch0.participant()])
+    KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(batch0.write, [batch0.participant()])
     batch1 = planned(lambda p: [f"b1-{p}-{i}" for i in range(20)])
     participants = [m.participant() for m in batch1]
     errors = TwoDrivers("driver-after-claim").play(
-        lambda: KafkaSink(sink.config, commit_timeout_s=30).prepare(STREAM),
-        lambda: lambda: KafkaSink(sink.config, commit_timeout_s=30).commit(batch1[0].write, participants))
+        lambda: KafkaSink(replace(sink.config, commit_timeout_s=30)).prepare(STREAM),
+        lambda: lambda: KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(batch1[0].write, participants))
     refused = errors.get("new")
     assert isinstance(refused, TransactionError) and refused.retriable, repr(refused)
     assert "claimed its commit-log writer since the batch was planned" in str(refused)
     # Spark aborts the refused batch: nothing of it is visible.
-    KafkaSink(sink.config, commit_timeout_s=30).abort(batch1[0].write, participants, STREAM)
+    KafkaSink(replace(sink.config, commit_timeout_s=30)).abort(batch1[0].write, participants, STREAM)
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     assert values == _BATCH0
     # The restarted query plans batch 1 again and commits it: every row once.
     again = planned(lambda p: [f"b1-{p}-{i}" for i in range(20)])
-    KafkaSink(sink.config, commit_timeout_s=30).commit(again[0].write, [m.participant() for m in again])
+    KafkaSink(replace(sink.config, commit_timeout_s=30)).commit(again[0].write, [m.participant() for m in again])
     values = sorted(r.value.decode() for r in consume_all(sink.conf["bootstrap.servers"], sink.output))
     assert values == sorted(_BATCH0 + _BATCH1)

@@ -9,6 +9,7 @@ an exactly-once writer was there before (docs/dev/decisions.md, "Adopting a chec
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -64,7 +65,7 @@ def driver():
 
 def _prepare(driver, checkpoint, **options):
     config = SinkConfig.from_options({**OPTS, "checkpointLocation": checkpoint, **options}, SCHEMA)
-    return kafka_sink.KafkaSink(config, commit_timeout_s=5, runtime=driver["runtime"]).prepare(
+    return kafka_sink.KafkaSink(replace(config, commit_timeout_s=5), runtime=driver["runtime"]).prepare(
         WriteSpec(streaming=True))
 
 
@@ -136,6 +137,6 @@ def test_an_adopted_batch_is_the_queries_own_decision_for_the_next_commit(driver
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "unfit", lambda self, parts, needed: None)
     config = SinkConfig.from_options({**OPTS, "checkpointLocation": checkpoint, "adoptCheckpoint": "true"}, SCHEMA)
-    kafka_sink.KafkaSink(config, commit_timeout_s=5, runtime=driver["runtime"]).commit(
+    kafka_sink.KafkaSink(replace(config, commit_timeout_s=5), runtime=driver["runtime"]).commit(
         WriteId(Kind.STREAM, "q1", 6), [Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 1))])
     assert [(d.batch_id, d.state) for _, d in driver["log"].records] == [(5, DONE), (6, DECIDED), (6, DONE)]

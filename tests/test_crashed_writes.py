@@ -4,6 +4,8 @@ the write's tasks used (docs/troubleshooting.md, "read_committed consumers stall
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kafka_eos_ds.sink import kafka_sink
@@ -39,7 +41,7 @@ def test_an_app_write_that_no_task_reported_fences_its_apps_ids(fenced):
     """``txnAppId`` writes: the tasks ran under the app's family (the planner knows it);
     the batch job's own family holds nothing of theirs."""
     ids, app, _job, runtime, _logs = fenced
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=runtime)
+    sink = kafka_sink.KafkaSink(replace(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5), runtime=runtime)
     sink.abort(None, [], WriteSpec(False, job="j1", app="orders", version=3))
     assert set(ids) == {f"etl:{app.family}-0-0"}
 
@@ -55,14 +57,14 @@ def test_an_app_writes_abort_keeps_the_transactions_of_its_decided_write(fenced)
     log.records.append((app.key, Decision("orders", 2, DECIDED, (Participant(f"etl:{app.family}-0-0", 0, 0, 5,
                                                                                   KafkaHandle(7, 3)),))))
     logs.append(log)
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=runtime)
+    sink = kafka_sink.KafkaSink(replace(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5), runtime=runtime)
     sink.abort(None, [], WriteSpec(False, job="j1", app="orders", version=3))
     assert ids == []
 
 
 def test_a_batch_job_that_no_task_reported_fences_its_own_ids(fenced):
     ids, _app, job, runtime, _logs = fenced
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=runtime)
+    sink = kafka_sink.KafkaSink(replace(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5), runtime=runtime)
     sink.abort(None, [], WriteSpec(False, job="j1"))
     assert set(ids) == {f"etl:{job.family}-0-0"}
 

@@ -3,6 +3,8 @@ never kept: its writer is fenced anew by every step."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
@@ -238,7 +240,7 @@ def driver(monkeypatch):
     monkeypatch.setattr(_Coordinator, "state", "Ongoing")
     runtime = kafka_runtime(_Coordinator, StepLog, metadata_client=_Metadata)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=1, runtime=runtime)
+    sink = kafka_sink.KafkaSink(replace(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=1), runtime=runtime)
     yield sink, logs, shared
     runtime.sessions.close()
 

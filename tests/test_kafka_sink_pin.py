@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -120,7 +121,7 @@ def driver(monkeypatch):
 def _sink(driver, tmp_path, **options):
     (tmp_path / "metadata").write_text(json.dumps({"id": "q1"}) + "\n")
     config = SinkConfig.from_options({**OPTS, "checkpointLocation": str(tmp_path), **options}, SCHEMA)
-    return kafka_sink.KafkaSink(config, commit_timeout_s=5, runtime=driver.runtime)
+    return kafka_sink.KafkaSink(replace(config, commit_timeout_s=5), runtime=driver.runtime)
 
 
 def test_a_streams_planner_reads_the_position_after_its_step_and_its_tasks_get_it(driver, tmp_path):
@@ -140,7 +141,8 @@ def test_a_batch_writes_planner_reads_the_position_whatever_its_writer(driver, o
     """The position is the prefix's, not a writer's: the planner of a df.write, which cannot
     name its writer when it is a job or a write inside foreachBatch, reads it all the same."""
     driver.records.append(("q:other", Decision("other", 0, DONE)))
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5, runtime=driver.runtime)
+    config = replace(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=5)
+    sink = kafka_sink.KafkaSink(config, runtime=driver.runtime)
     assert sink.prepare(WriteSpec.for_batch({**options}.get, "job-1")) == DoneMark()
     assert sink.read == 1
 

@@ -103,7 +103,7 @@ def test_the_kafka_sinks_planner_compares_its_latest_decision_with_the_checkpoin
 
     decided = with_offsets(DONE, group="g")
     committer = SimpleNamespace(decisions=SimpleNamespace(latest=lambda key: decided))
-    sink = KafkaSink(config=None, commit_timeout_s=1.0)
+    sink = KafkaSink(config=SimpleNamespace(commit_timeout_s=1.0))  # type: ignore[arg-type]
     with pytest.raises(TransactionError, match="offsets/3"):
         sink._require_decisions(committer, stream("q"), Checkpoint(SMALLER))
     sink._require_decisions(committer, stream("q"), Checkpoint(WRITTEN))

@@ -25,13 +25,13 @@ ROWS = StructType([StructField("value", StringType())])
 
 
 def test_a_sink_travels_to_its_tasks_with_the_default_runtime_of_the_process_it_lands_in(tmp_path):
-    sinks = [KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), 5.0),
+    sinks = [KafkaSink(SinkConfig.from_options(OPTS, SCHEMA)),
              FileSink(FileSinkConfig.from_options({"path": str(tmp_path)}), ROWS)]
     for sink, default in zip(sinks, (kafka.DEFAULT, table.DEFAULT), strict=True):
         assert pickle.loads(pickle.dumps(sink)).runtime is default
     # The default keeps what the process keeps: the driver's clients, its checked options.
     assert kafka.DEFAULT.sessions is SESSIONS
-    assert KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), 5.0).runtime.checked is kafka.DEFAULT.checked
+    assert KafkaSink(SinkConfig.from_options(OPTS, SCHEMA)).runtime.checked is kafka.DEFAULT.checked
 
 
 def test_a_tests_runtime_pickles_by_its_name_while_it_is_registered(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
@@ -300,6 +301,14 @@ def test_sink_config_prints_without_secrets():
     assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg) and "[redacted]" in repr(cfg)
 
 
+@pytest.mark.parametrize("value, message", [("soon", "'commitTimeoutMs'"), ("500", "'commitTimeoutMs'.*1000")])
+def test_the_commit_timeout_is_checked_with_the_other_options(value, message):
+    assert SinkConfig.from_options({**OPTS, "commitTimeoutMs": "5000"}, SCHEMA).commit_timeout_s == 5.0
+    assert SinkConfig.from_options(OPTS, SCHEMA).commit_timeout_s == 120.0
+    with pytest.raises(ConfigError, match=message):  # before the sink is built, as every other option
+        SinkConfig.from_options({**OPTS, "commitTimeoutMs": value}, SCHEMA)
+
+
 def test_batch_overwrite_is_refused_as_in_the_builtin():
     from kafka_eos_ds.sink import batch_writer
 
@@ -477,7 +486,7 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
     config = SinkConfig.from_options({**OPTS, "kafka.transaction.timeout.ms": str(timeout_ms)}, SCHEMA)
-    sink = kafka_sink.KafkaSink(config, commit_timeout_s=120, runtime=runtime)
+    sink = kafka_sink.KafkaSink(replace(config, commit_timeout_s=120), runtime=runtime)
     write = WriteId(Kind.STREAM, "q", 1)
     participant = Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 3))
     if refused:
@@ -646,7 +655,7 @@ def test_every_setup_step_of_a_driver_step_is_retried_when_it_fails_transiently(
     runtime = kafka_runtime(once("coordinator client", lambda: coordinator), decision_log, once("cluster metadata"))
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "commit", lambda self, p: Outcome.COMMITTED)
     monkeypatch.setattr(kafka_sink.KafkaTransactions, "open_ids", lambda self, *a: [])
-    sink = kafka_sink.KafkaSink(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=30, runtime=runtime)
+    sink = kafka_sink.KafkaSink(replace(SinkConfig.from_options(OPTS, SCHEMA), commit_timeout_s=30), runtime=runtime)
     sink.commit(WriteId(Kind.STREAM, "q", 1), [Participant("etl-0-0", 0, 0, 5, KafkaHandle(7, 3))])
     assert failures[flaky] == 0  # the step did fail once ...
     assert [d.state.value for _, d in logs[-1].records] == ["decided", "done"]  # ... and the batch committed

@@ -61,6 +61,11 @@ class Columns:
     headers: int = -1
 
 
+# The least 'commitTimeoutMs' a sink accepts: every job's commit asks at least
+# commit_time_needed_s of it before it decides (participants.KafkaTransactions.abandoned).
+MIN_COMMIT_TIMEOUT_MS = 1000
+
+
 @dataclass(frozen=True)
 class SinkConfig:
     producer: Mapping[str, str]  # a ClientParams: printed without its secrets
@@ -75,6 +80,7 @@ class SinkConfig:
     idempotent: bool = True
     storage: StorageOptions = StorageOptions()  # how to read the checkpoint (Hadoop's fs.* names)
     adopt_checkpoint: bool = False  # take over a checkpoint another sink committed batches in
+    commit_timeout_s: float = 120.0  # how long a driver step retries what may pass (a coordinator moving)
 
     @property
     def exactly_once(self) -> bool:
@@ -122,8 +128,10 @@ class SinkConfig:
             raise ConfigError(f"Option 'sourceGroupId' reads each batch's end offsets from the checkpoint, but the "
                               f"checkpointLocation's scheme cannot be read from Python; the sink reads {SUPPORTED}. "
                               "Use one of those, or remove 'sourceGroupId'.")
+        commit_timeout_ms = opts.get_int("commitTimeoutMs", 120_000, minimum=MIN_COMMIT_TIMEOUT_MS) or 120_000
         return cls(producer, topic, guarantee, prefix, (opts.get("commitLogTopic") or DEFAULT_TOPIC).strip(),
-                   timeout, columns, group, checkpoint, idempotent, StorageOptions.from_options(raw), adopt)
+                   timeout, columns, group, checkpoint, idempotent, StorageOptions.from_options(raw), adopt,
+                   commit_timeout_ms / 1000)
 
 
 def _idempotence_fits(producer: Mapping[str, str]) -> bool:

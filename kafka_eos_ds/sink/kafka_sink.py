@@ -22,12 +22,10 @@ from pyspark.sql.types import StructType
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.driver_session import fingerprint
 from kafka_eos_ds.kafka.metadata import cluster_metadata
-from kafka_eos_ds.options import Options
 from kafka_eos_ds.sink.config import SinkConfig
 from kafka_eos_ds.sink.decision_log import KafkaDecision, KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle, KafkaParticipant
 from kafka_eos_ds.sink.participants import (
-    MIN_COMMIT_TIMEOUT_MS,
     KafkaFences,
     KafkaTransactions,
     commit_time_needed_s,
@@ -55,23 +53,25 @@ class KafkaSink:
     ----------
     config : SinkConfig
         The checked options.
-    commit_timeout_s : float
-        How long a driver step retries what may be transient (a coordinator moving).
     runtime : KafkaRuntime
         The process's clock, uuids, thread pool and Kafka clients (:mod:`.runtime`).
     """
 
     message_type = KafkaCommitMessage
 
-    def __init__(self, config: SinkConfig, commit_timeout_s: float, runtime: KafkaRuntime = DEFAULT) -> None:
+    def __init__(self, config: SinkConfig, runtime: KafkaRuntime = DEFAULT) -> None:
         self.config = config
-        self.commit_timeout_s = commit_timeout_s
         self.runtime = runtime
         # The commit log's position once the planner's step was over (None: not read):
         # the tasks hand it to the commit, which refuses the write if its decision writer
         # was claimed from there on (docs/dev/decisions.md, "Every Kafka-sink write's
         # decision is pinned").
         self.read: int | None = None
+
+    @property
+    def commit_timeout_s(self) -> float:
+        """How long a driver step retries what may be transient (option 'commitTimeoutMs')."""
+        return self.config.commit_timeout_s
 
     # -- planner ------------------------------------------------------------------
 
@@ -306,12 +306,10 @@ def sink_of(schema: StructType, options: Mapping[str, Any], runtime: KafkaRuntim
     builds the writer again in every driver step."""
     key = fingerprint({"schema": schema.json(), **{f"option.{k}".lower(): v for k, v in dict(options).items()}})
 
-    def check() -> tuple[SinkConfig, float]:
-        config = SinkConfig.from_options(options, schema)  # a refusal is never kept: it is raised each time
-        timeout_ms = Options(options).get_int("commitTimeoutMs", 120_000, minimum=MIN_COMMIT_TIMEOUT_MS) or 120_000
-        return config, timeout_ms / 1000
+    def check() -> SinkConfig:
+        return SinkConfig.from_options(options, schema)  # a refusal is never kept: it is raised each time
 
-    return KafkaSink(*runtime.checked.get(key, check), runtime=runtime)
+    return KafkaSink(runtime.checked.get(key, check), runtime=runtime)
 
 
 def stream_writer(schema: StructType, options: Mapping[str, Any],

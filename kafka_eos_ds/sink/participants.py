@@ -42,6 +42,7 @@ from kafka_eos_ds.kafka.coordinator import (
 )
 from kafka_eos_ds.sink import transactional_ids
 from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.sink.config import MIN_COMMIT_TIMEOUT_MS
 from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S, WRITER_TIMEOUT_MS, KafkaDecisionLog
 from kafka_eos_ds.sink.messages import KafkaParticipant
 from kafka_eos_ds.twophase.identity import WriteId
@@ -62,11 +63,6 @@ LAST_EPOCH = 32766
 
 # Every batch job's family (identity.Kind.JOB).
 _JOBS = "j*"
-
-
-# The least 'commitTimeoutMs' a sink accepts: every job's commit asks at least
-# commit_time_needed_s of it before it decides (KafkaTransactions.abandoned).
-MIN_COMMIT_TIMEOUT_MS = 1000
 
 
 def commit_time_needed_s(commit_timeout_s: float) -> float:

@@ -30,10 +30,10 @@ class CheckedOptions:
 
     def __init__(self, capacity: int = 8) -> None:
         self.capacity = capacity
-        self._kept: OrderedDict[str, tuple[SinkConfig, float]] = OrderedDict()
+        self._kept: OrderedDict[str, SinkConfig] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str, check: Callable[[], tuple[SinkConfig, float]]) -> tuple[SinkConfig, float]:
+    def get(self, key: str, check: Callable[[], SinkConfig]) -> SinkConfig:
         """What ``check()`` answered for ``key``, kept; a refusal (it raises) is never kept."""
         with self._lock:
             checked = self._kept.get(key)
