@@ -45,8 +45,8 @@ from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config, redact
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
@@ -93,7 +93,7 @@ class KafkaDecisionLog:
         Where the process keeps the log's readers between steps.
     clock, wall, sleep : callable, optional
         Monotonic seconds, the wall clock (records' timestamps) and a wait: the sink's
-        runtime's (:mod:`kafka_eos_ds.sink.runtime`).
+        runtime's (:mod:`kafka_eos_ds.kafka_sink.runtime`).
     """
 
     def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "",
