@@ -2,6 +2,6 @@
 Spark registers top-level ``pyspark_*`` modules that define ``DefaultSource``.
 """
 
-from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource as DefaultSource
+from kafka_eos_ds.table_sink.datasource import KafkaEosFileDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

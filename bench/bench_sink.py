@@ -22,7 +22,7 @@ import time
 import uuid
 
 from bench.run import percentile
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_tools.topics import create_topic
 
 
@@ -30,8 +30,8 @@ def commit_latency(bootstrap: str, transactions: int, repeats: int) -> list[floa
     from confluent_kafka import Producer
 
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
-    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
     from kafka_eos_ds.twophase import Kind, Participant, TwoPhaseCommitter, WriteId
 
     topic = create_topic(bootstrap, _name("bench-commit"), 4)
@@ -70,7 +70,7 @@ def recovery_cost(bootstrap: str, repeats: int) -> list[float]:
 
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from kafka_eos_ds.sink import stream_writer
+    from kafka_eos_ds.kafka_sink import stream_writer
 
     topic = create_topic(bootstrap, _name("bench-recover"), 1)
     schema = StructType([StructField("value", StringType())])

@@ -2,7 +2,7 @@
 Spark, against one broker.
 
 Each batch runs the log work of the sink's two driver steps on a fresh
-:class:`~kafka_eos_ds.sink.decision_log.KafkaDecisionLog` each, as ``kafka_sink`` does:
+:class:`~kafka_eos_ds.kafka_sink.decision_log.KafkaDecisionLog` each, as ``kafka_sink`` does:
 
 * planner check: ensure the topic, fence the decision writer, read the writer's latest
   decision twice and the sink's latest stream decision (``committer.recover``'s reads);
@@ -35,7 +35,7 @@ def _p90(values: list[float]) -> float:
 
 
 def run(bootstrap: str, batches: int) -> dict[str, Any]:
-    from kafka_eos_ds.sink import decision_log
+    from kafka_eos_ds.kafka_sink import decision_log
     from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
     built = {"consumer": 0, "producer": 0, "admin": 0}

@@ -29,8 +29,8 @@ from typing import Any, Mapping
 from pyspark.sql.datasource import DataSource
 
 from kafka_eos_ds.datasource import KafkaEosDataSource
-from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
 from kafka_eos_ds.source.stream_reader import KafkaStreamReader
+from kafka_eos_ds.table_sink.datasource import KafkaEosFileDataSource
 from kafka_eos_ds.twophase.writers import StreamWriterBase
 
 TIMED = "kafka_eos_timed"

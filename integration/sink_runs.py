@@ -51,7 +51,7 @@ def task_ids(conf: Mapping[str, str], prefix: str, partition: int, attempt: int,
     """The ids a stream's task (``partition``, ``attempt``) used, one per run of the query
     (its ids carry the run: ``{prefix}:s{run}-{partition}-{attempt}``), optionally only
     those in ``state`` (e.g. "Ongoing")."""
-    from kafka_eos_ds.sink import list_transactions
+    from kafka_eos_ds.kafka_sink import list_transactions
 
     return sorted(t.transactional_id for t in list_transactions(conf, prefix)
                   if t.family.startswith("s") and (t.partition, t.attempt) == (partition, attempt)
@@ -68,7 +68,7 @@ def earlier_run_family() -> str:
 def earlier_run_id(prefix: str, partition: int, attempt: int) -> str:
     """The id task (``partition``, ``attempt``) had in an earlier run of the query (not
     one of the run under test): what a zombie of that run holds."""
-    from kafka_eos_ds.sink import transactional_ids
+    from kafka_eos_ds.kafka_sink import transactional_ids
 
     return transactional_ids.build(prefix, partition, attempt, earlier_run_family())
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from kafka_eos_ds.sink import list_transactions
-from kafka_eos_ds.sink import transactional_ids as ids
+from kafka_eos_ds.kafka_sink import list_transactions
+from kafka_eos_ds.kafka_sink import transactional_ids as ids
 from kafka_eos_tools.topics import consume_all, create_topic, produce, unique_name
 
 
@@ -76,8 +76,8 @@ def test_driver_side_clients_are_built_with_every_setting(kafka, new_topic, monk
     import kafka.admin as kafka_python_admin
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-    from kafka_eos_ds.sink.config import SinkConfig
-    from kafka_eos_ds.sink.kafka_sink import KafkaSink
+    from kafka_eos_ds.kafka_sink.config import SinkConfig
+    from kafka_eos_ds.kafka_sink.sink import KafkaSink
     from kafka_eos_ds.source.group_commit import GroupOffsetCommitter
     from kafka_eos_ds.source.metadata import KafkaMetadata
     from kafka_eos_ds.source.options import SourceOptions

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from integration.test_write_shapes import _batch_job
-from kafka_eos_ds.sink import list_transactions
+from kafka_eos_ds.kafka_sink import list_transactions
 from kafka_eos_tools.topics import consume_all, end_offsets
 
 # 120 s: the least margin any job's commit asks is min(61 s, half the timeout) = 60 s, so

@@ -40,11 +40,11 @@ from integration.test_sink_crash import (
 )
 from integration.two_drivers import TwoDrivers
 from kafka_eos_ds.errors import KafkaClientError, TransactionError
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-from kafka_eos_ds.sink.kafka_sink import KafkaSink
-from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle
-from kafka_eos_ds.sink.task_writer import _PartitionWriter
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage, KafkaHandle
+from kafka_eos_ds.kafka_sink.sink import KafkaSink
+from kafka_eos_ds.kafka_sink.task_writer import _PartitionWriter
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec, faults
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE, Decision, Participant
 from kafka_eos_tools.topics import consume_all, unique_name
@@ -458,7 +458,7 @@ def test_a_batch_job_whose_transaction_ends_without_it_says_what_is_in_the_outpu
 
 
 def _open_ids(sink):
-    from kafka_eos_ds.sink import list_transactions
+    from kafka_eos_ds.kafka_sink import list_transactions
 
     return sorted(t.transactional_id for t in list_transactions(sink.conf, sink.prefix) if t.open)
 

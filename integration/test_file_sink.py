@@ -19,7 +19,7 @@ import pytest
 
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
 from integration.tables import Table, newest_decision
-from kafka_eos_ds.filesink.layout import query_token, writer_dir
+from kafka_eos_ds.table_sink.layout import query_token, writer_dir
 from kafka_eos_tools.topics import run_to_end
 
 RECORDS = 450        # 2 input partitions, 150 offsets per batch -> batches 0..2

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from integration.sink_runs import run_pipeline, seed
-from kafka_eos_ds.sink import list_transactions
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.kafka_sink import list_transactions
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
 from kafka_eos_tools.audit import audit
 
 # Pipelines of their own (about 2 minutes): the gate runs it in its second lane, which

@@ -25,7 +25,7 @@ import pytest
 from integration.builtin_rows import normalized
 from integration.sink_runs import assert_crashed, run_pipeline, seed
 from integration.test_source import kafka_eos_reader, plain_records, produce_transactions
-from kafka_eos_ds.sink import list_transactions, transactional_ids
+from kafka_eos_ds.kafka_sink import list_transactions, transactional_ids
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.topics import consume_all, produce
 

@@ -22,8 +22,8 @@ import confluent_kafka
 import pytest
 
 from integration.test_decisions import _sink
-from kafka_eos_ds.sink.messages import KafkaCommitMessage
-from kafka_eos_ds.sink.task_writer import write_partition
+from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage
+from kafka_eos_ds.kafka_sink.task_writer import write_partition
 from kafka_eos_ds.twophase import Kind, WriteId, faults
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
 from kafka_eos_ds.twophase.writers import Task
@@ -35,8 +35,8 @@ WRITE = WriteId(Kind.STREAM, "q", 0)
 # The worker: one task's write in a process of its own, which then exits.
 _WORKER = """
 import json, os, sys
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.task_writer import write_partition
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.task_writer import write_partition
 from kafka_eos_ds.twophase import Kind, WriteId
 from kafka_eos_ds.twophase.protocol import DoneMark
 from kafka_eos_ds.twophase.writers import Task

@@ -175,7 +175,7 @@ def remote(request, kafka, new_topic, tmp_path):
 
 
 def test_a_driver_killed_mid_commit_with_its_checkpoint_on_a_remote_store_finishes_exactly_once(remote):
-    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
 
     assert_crashed(remote.run("driver-after-first-commit@1"))
     run = remote.run()

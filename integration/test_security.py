@@ -139,8 +139,8 @@ def test_acls_without_read_on_the_source_group_refuse_the_batch_undecided_naming
     # Review #6: with 'sourceGroupId', the batch's offsets ride in its first transaction
     # (AddOffsetsToTxn, TxnOffsetCommit), which needs READ on the group. Refused, the
     # batch must stop undecided, naming the option and the grant, not wedge decided.
-    from kafka_eos_ds.sink import list_transactions
-    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.kafka_sink import list_transactions
+    from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
 
     pipe = new_pipeline(sasl, RECORDS)
     # The source's own group is granted (its consumer needs it); the group the sink is

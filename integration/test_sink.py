@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from kafka_eos_ds.sink import abort_transactions, list_transactions
+from kafka_eos_ds.kafka_sink import abort_transactions, list_transactions
 from kafka_eos_tools.topics import consume_all, create_topic, produce, unique_name
 
 # Over librdkafka's default limit (1,000,000 bytes), within the Java producer's

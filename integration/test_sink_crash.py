@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from integration.sink_runs import assert_crashed, earlier_run_family, earlier_run_id, run_pipeline, seed
-from kafka_eos_ds.sink import list_transactions, transactional_ids
+from kafka_eos_ds.kafka_sink import list_transactions, transactional_ids
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo.chaos import TailingReader
 from kafka_eos_tools.topics import consume_all, end_offsets

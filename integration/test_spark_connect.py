@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from integration.connect_server import ConnectServer, QueryWatch, Watchdog, bounded, client_missing, restore_client_mode
-from kafka_eos_ds.sink import list_transactions
+from kafka_eos_ds.kafka_sink import list_transactions
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo.chaos import InputFeeder, TailingReader
 from kafka_eos_tools.demo.job import available_now_supported

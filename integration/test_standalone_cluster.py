@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from integration.standalone import StandaloneCluster, executor_python, spark_env, spark_submit, tail
 from integration.test_registration import REPO, _package_zip
-from kafka_eos_ds.sink.transactions_tool import list_transactions
+from kafka_eos_ds.kafka_sink.transactions_tool import list_transactions
 from kafka_eos_tools import faults
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.demo import processes

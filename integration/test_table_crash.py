@@ -37,7 +37,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from integration.sink_runs import assert_crashed, run_pipeline, seed  # noqa: E402
 from integration.tables import Table, newest_decision, s3_options  # noqa: E402
-from kafka_eos_ds.filesink.layout import query_token, writer_dir  # noqa: E402
+from kafka_eos_ds.table_sink.layout import query_token, writer_dir  # noqa: E402
 
 RECORDS, BATCH, SHARDS = 450, 150, 3
 COLUMNS = ["timestamp", f"pmod(crc32(key), {SHARDS}) as shard"]

@@ -16,13 +16,13 @@ import pyarrow as pa  # noqa: E402
 
 from integration.sink_runs import seed  # noqa: E402
 from integration.tables import Table, partition_values  # noqa: E402
-from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
-from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
-from kafka_eos_ds.filesink.layout import FileId, query_token, writer_dir  # noqa: E402
-from kafka_eos_ds.filesink.participants import FileParticipants  # noqa: E402
-from kafka_eos_ds.filesink.task import TaskFiles  # noqa: E402
 from kafka_eos_ds.storage import StorageOptions  # noqa: E402
 from kafka_eos_ds.storage.hdfs import HdfsStore  # noqa: E402
+from kafka_eos_ds.table_sink.config import FileSinkConfig  # noqa: E402
+from kafka_eos_ds.table_sink.layout import FileId, query_token, writer_dir  # noqa: E402
+from kafka_eos_ds.table_sink.participants import FileParticipants  # noqa: E402
+from kafka_eos_ds.table_sink.sink import FileSink  # noqa: E402
+from kafka_eos_ds.table_sink.task import TaskFiles  # noqa: E402
 from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, WriteId  # noqa: E402
 from kafka_eos_ds.twophase.writers import Task  # noqa: E402
 from kafka_eos_tools.topics import run_to_end  # noqa: E402

@@ -23,8 +23,8 @@ pytest.importorskip("hmsclient", reason="the metastore client is not installed (
 from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
 
 from integration.tables import Table, s3_options  # noqa: E402
-from kafka_eos_ds.filesink.config import FileSinkConfig  # noqa: E402
-from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
+from kafka_eos_ds.table_sink.config import FileSinkConfig  # noqa: E402
+from kafka_eos_ds.table_sink.sink import FileSink  # noqa: E402
 from kafka_eos_ds.twophase import Kind, WriteId  # noqa: E402
 from kafka_eos_ds.twophase.identity import WriteSpec  # noqa: E402
 from kafka_eos_ds.twophase.writers import Task  # noqa: E402

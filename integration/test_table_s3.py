@@ -18,12 +18,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType  # n
 
 from integration.sink_runs import seed  # noqa: E402
 from integration.tables import Table, partition_values, s3_options  # noqa: E402
-from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable  # noqa: E402
-from kafka_eos_ds.filesink.file_sink import FileSink  # noqa: E402
-from kafka_eos_ds.filesink.layout import writer_dir  # noqa: E402
-from kafka_eos_ds.filesink.uploads import UploadParticipants  # noqa: E402
 from kafka_eos_ds.storage import StorageOptions  # noqa: E402
 from kafka_eos_ds.storage.s3 import S3Store  # noqa: E402
+from kafka_eos_ds.table_sink.config import FileSinkConfig, check_writable  # noqa: E402
+from kafka_eos_ds.table_sink.layout import writer_dir  # noqa: E402
+from kafka_eos_ds.table_sink.sink import FileSink  # noqa: E402
+from kafka_eos_ds.table_sink.uploads import UploadParticipants  # noqa: E402
 from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, WriteId  # noqa: E402
 from kafka_eos_ds.twophase.writers import Task  # noqa: E402
 from kafka_eos_tools.topics import run_to_end  # noqa: E402

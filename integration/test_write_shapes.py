@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from integration.sink_runs import assert_crashed, audit_files, run_pipeline, seed
-from kafka_eos_ds.sink import list_transactions
+from kafka_eos_ds.kafka_sink import list_transactions
 from kafka_eos_tools import faults
 from kafka_eos_tools.audit import audit
 from kafka_eos_tools.topics import consume_all
@@ -239,7 +239,7 @@ def test_another_sinks_open_decision_write_never_yields_a_stale_decision(kafka, 
     newer one (before, read_committed stopped at B's open write and returned A's older)."""
     from confluent_kafka import Producer
 
-    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
     from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
     from kafka_eos_tools.topics import unique_name
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from integration.test_decisions import _sink
 from integration.two_drivers import TwoDrivers
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.sink.kafka_sink import KafkaSink
+from kafka_eos_ds.kafka_sink.sink import KafkaSink
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 from kafka_eos_tools.topics import consume_all

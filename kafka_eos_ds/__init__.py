@@ -58,7 +58,7 @@ def register(spark: "SparkSession") -> None:
     """Register ``format("kafka_eos")`` and ``format("kafka_eos_file")`` (the exactly-once
     file sink) with this Spark session."""
     from kafka_eos_ds.datasource import KafkaEosDataSource
-    from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
+    from kafka_eos_ds.table_sink.datasource import KafkaEosFileDataSource
 
     for source in (KafkaEosDataSource, KafkaEosFileDataSource):
         try:

@@ -106,8 +106,8 @@ def _transactions(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from kafka_eos_ds.sink import abort_transactions, list_transactions
-    from kafka_eos_ds.sink.transactions_tool import finish_decided
+    from kafka_eos_ds.kafka_sink import abort_transactions, list_transactions
+    from kafka_eos_ds.kafka_sink.transactions_tool import finish_decided
 
     conf = client_settings(args)
     if args.action == "finish":

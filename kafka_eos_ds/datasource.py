@@ -1,6 +1,6 @@
 """The ``kafka_eos`` data source: wiring only.
 
-Reading is in :mod:`kafka_eos_ds.source`, writing in :mod:`kafka_eos_ds.sink`; this
+Reading is in :mod:`kafka_eos_ds.source`, writing in :mod:`kafka_eos_ds.kafka_sink`; this
 class only hands Spark's options to them. Options are checked when Spark asks for a
 reader or writer, on the driver, before any task runs.
 """
@@ -39,7 +39,7 @@ class KafkaEosDataSource(SinkDataSource):
     ...      .option("transactionalIdPrefix", "orders-etl")
     ...      .option("checkpointLocation", "/tmp/ckpt").start())
 
-    A test hands the sink its own ``runtime`` (:mod:`kafka_eos_ds.sink.runtime`).
+    A test hands the sink its own ``runtime`` (:mod:`kafka_eos_ds.kafka_sink.runtime`).
     """
 
     @classmethod
@@ -62,11 +62,11 @@ class KafkaEosDataSource(SinkDataSource):
         return KafkaStreamReader(schema, dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from kafka_eos_ds.sink import batch_writer
+        from kafka_eos_ds.kafka_sink import batch_writer
 
         return batch_writer(schema, self.options, overwrite, **self.runtime_kwargs())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from kafka_eos_ds.sink import stream_writer
+        from kafka_eos_ds.kafka_sink import stream_writer
 
         return stream_writer(schema, self.options, **self.runtime_kwargs())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from kafka_eos_ds.kafka.driver_session import ClientSessions
-from kafka_eos_ds.sink.runtime import KafkaRuntime
+from kafka_eos_ds.kafka_sink.runtime import KafkaRuntime
 
 
 class FixedTopics:

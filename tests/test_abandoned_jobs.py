@@ -11,8 +11,8 @@ import time
 
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka.coordinator import TxnState
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import DECIDED, Decision, Kind, Participant, WriteId
 from tests.test_zombie_fences import Coordinator, Log, committer
 

@@ -14,9 +14,9 @@ from dataclasses import replace
 import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
-from kafka_eos_ds.sink import kafka_sink
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink import sink as kafka_sink
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
 from tests.sink_fakes import kafka_runtime

@@ -364,7 +364,7 @@ def test_properties_files_are_read_as_java_reads_them(tmp_path):
 
 
 def test_the_transactions_cli_takes_x_settings_and_a_command_config(tmp_path, monkeypatch):
-    import kafka_eos_ds.sink as sink
+    import kafka_eos_ds.kafka_sink as sink
     from kafka_eos_ds import cli
 
     path = tmp_path / "client.properties"

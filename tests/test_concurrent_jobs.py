@@ -18,9 +18,9 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.file_sink import FileSink
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase import DONE, Kind, Participant, WriteId, faults
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from kafka_eos_ds.sink import kafka_sink
-from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink import sink as kafka_sink
+from kafka_eos_ds.kafka_sink.config import SinkConfig
 from kafka_eos_ds.twophase import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import Instance
 from tests.sink_fakes import kafka_runtime
@@ -49,7 +49,7 @@ def test_an_app_write_that_no_task_reported_fences_its_apps_ids(fenced):
 def test_an_app_writes_abort_keeps_the_transactions_of_its_decided_write(fenced):
     """An earlier version of the app decided and not finished: its transaction is the next
     write's to commit, never an abort's to fence."""
-    from kafka_eos_ds.sink.messages import KafkaHandle
+    from kafka_eos_ds.kafka_sink.messages import KafkaHandle
     from kafka_eos_ds.twophase.protocol import DECIDED, Decision, Participant
 
     ids, app, _job, runtime, logs = fenced
@@ -100,7 +100,7 @@ class _Tool(_Coordinator):
 ])
 def test_the_abort_tool_takes_a_family_so_a_crashed_job_is_aborted_beside_a_running_stream(monkeypatch, family,
                                                                                              aborted):
-    from kafka_eos_ds.sink import transactions_tool
+    from kafka_eos_ds.kafka_sink import transactions_tool
 
     tool = _Tool([("etl-0-0", 1, "Ongoing"), ("etl:j08243666-0-0", 2, "Ongoing"), ("etl:j11111111-1-0", 3, "Ongoing"),
                   ("etl-2-0", 4, "CompleteCommit"), ("etlx-0-0", 5, "Ongoing")])

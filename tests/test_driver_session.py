@@ -9,8 +9,8 @@ import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.driver_session import ClientSessions, fingerprint
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Outcome, Participant
 from kafka_eos_ds.twophase.identity import Kind, WriteId
 from tests.sink_fakes import kafka_runtime
@@ -202,7 +202,7 @@ class _Metadata:
 def driver(monkeypatch):
     """The sink's driver steps on fakes: each step's decision log records its own fence
     and reads; all of them share one in-memory log."""
-    from kafka_eos_ds.sink import kafka_sink
+    from kafka_eos_ds.kafka_sink import sink as kafka_sink
 
     shared = FakeLog()
     shared.events = []
@@ -280,7 +280,7 @@ def test_a_driver_step_that_fails_closes_the_coordinator_client_and_the_next_ste
 
 
 def test_the_checked_options_are_kept_but_a_refusal_is_raised_every_time(monkeypatch):
-    from kafka_eos_ds.sink import kafka_sink
+    from kafka_eos_ds.kafka_sink import sink as kafka_sink
 
     checks = []
     real = SinkConfig.from_options.__func__

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from kafka_eos_ds.errors import KafkaClientError
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-from kafka_eos_ds.sink.messages import KafkaHandle
-from kafka_eos_ds.sink.participants import KafkaTransactions
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
 from kafka_eos_ds.twophase import DONE, Decision, Kind, Participant, TwoPhaseCommitter, WriteId
 
 PROGRESS = {"group": "orders", "offsets": {"in": {"0": 5, "1": 7}}}

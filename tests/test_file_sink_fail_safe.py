@@ -13,15 +13,15 @@ from hmsclient.genthrift.hive_metastore import ttypes
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
-from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
-from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
-from kafka_eos_ds.filesink.metastore import Metastore
-from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.storage.s3 import S3Store
+from kafka_eos_ds.table_sink.config import FileSinkConfig, check_writable
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.handles import StagedFile, StagedFiles
+from kafka_eos_ds.table_sink.layout import FileId, Layout, writer_dir
+from kafka_eos_ds.table_sink.metastore import Metastore
+from kafka_eos_ds.table_sink.participants import FileParticipants
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase import DoneMark, Kind, Outcome, Participant, WriteId, WriteSpec
 from kafka_eos_ds.twophase.writers import Task
 from tests.test_file_sink_table_life import FakeS3Client
@@ -315,8 +315,8 @@ class MarkerWatchingHms(FakeHms):
 def test_on_s3_a_new_partitions_directory_marker_exists_before_the_metastore_registers_it(monkeypatch):
     from hmsclient import hmsclient
 
-    from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile, StagedFiles
-    from kafka_eos_ds.filesink.publishing import prepare_table, register_partitions
+    from kafka_eos_ds.table_sink.handles import FileParticipant, StagedFile, StagedFiles
+    from kafka_eos_ds.table_sink.publishing import prepare_table, register_partitions
 
     client = FakeS3Client()
     hms = MarkerWatchingHms(client, "events")
@@ -353,8 +353,8 @@ def test_a_throttled_directory_marker_holds_the_registration_back_until_it_is_wr
     # retriable error), never skipped.
     from hmsclient import hmsclient
 
-    from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile, StagedFiles
-    from kafka_eos_ds.filesink.publishing import prepare_table, register_partitions
+    from kafka_eos_ds.table_sink.handles import FileParticipant, StagedFile, StagedFiles
+    from kafka_eos_ds.table_sink.publishing import prepare_table, register_partitions
 
     client = ThrottledMarkerClient(throttled=0)
     hms = MarkerWatchingHms(client, "events")
@@ -378,7 +378,7 @@ def test_a_throttled_directory_marker_holds_the_registration_back_until_it_is_wr
                                            (StorageError("name too long", retriable=False), False),
                                            (OSError(36, "File name too long"), False)])
 def test_a_directory_the_store_may_make_when_asked_again_is_not_skipped(error, raised):
-    from kafka_eos_ds.filesink.staging import RenameStaging
+    from kafka_eos_ds.table_sink.staging import RenameStaging
 
     class FailingStore:
         def make_dirs(self, path):

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.layout import Layout, writer_dir
 from kafka_eos_ds.storage.s3 import S3Store
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.layout import Layout, writer_dir
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, Kind, WriteId
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task

@@ -12,12 +12,12 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.progress import table_end
 from kafka_eos_ds.source import KafkaStreamReader, source_schema
 from kafka_eos_ds.source.options import Position, SourceOptions
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.progress import table_end
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Kind, WriteId
 from kafka_eos_ds.twophase.identity import WriteSpec
 from kafka_eos_ds.twophase.writers import Task

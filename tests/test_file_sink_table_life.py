@@ -14,12 +14,12 @@ import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
-from kafka_eos_ds.filesink.progress import RecordedProgress, table_end
 from kafka_eos_ds.storage.s3 import S3Store
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.layout import FileId, Layout, query_token, writer_dir
+from kafka_eos_ds.table_sink.progress import RecordedProgress, table_end
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Kind, WriteId
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import WriteSpec
@@ -296,8 +296,8 @@ class _Body:
 
 
 def test_on_s3_the_superseded_querys_open_uploads_are_aborted(caplog):
-    from kafka_eos_ds.filesink.takeover import clean_superseded
-    from kafka_eos_ds.filesink.uploads import UploadParticipants
+    from kafka_eos_ds.table_sink.takeover import clean_superseded
+    from kafka_eos_ds.table_sink.uploads import UploadParticipants
 
     store = S3Store.__new__(S3Store)
     store.bucket, store.url, store._client = "lake", "s3a://lake", FakeS3Client()

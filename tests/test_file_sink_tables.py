@@ -13,12 +13,12 @@ import pytest
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType, TimestampType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.participants import FileParticipants
-from kafka_eos_ds.filesink.partitions import DEFAULT_PARTITION, Partitioning, values_of
 from kafka_eos_ds.storage import StorageOptions
 from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.participants import FileParticipants
+from kafka_eos_ds.table_sink.partitions import DEFAULT_PARTITION, Partitioning, values_of
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase import DoneMark, Kind, WriteId
 from kafka_eos_ds.twophase.writers import Task
 
@@ -198,8 +198,8 @@ def test_a_publish_step_that_failed_runs_again_when_a_restart_finishes_the_batch
     """The driver dies (or the metastore is down) after the batch's files are final and
     before it is recorded done: the restart's recovery publishes the batch again."""
     from kafka_eos_ds.errors import StorageError
-    from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-    from kafka_eos_ds.filesink.layout import Layout
+    from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+    from kafka_eos_ds.table_sink.layout import Layout
     from kafka_eos_ds.twophase import DECIDED, DONE, TwoPhaseCommitter
 
     published: list[int] = []
@@ -227,7 +227,7 @@ def test_a_publish_step_that_failed_runs_again_when_a_restart_finishes_the_batch
 
 def test_a_metastore_that_does_not_answer_is_a_storage_error_naming_the_option():
     from kafka_eos_ds.errors import StorageError
-    from kafka_eos_ds.filesink.metastore import Metastore
+    from kafka_eos_ds.table_sink.metastore import Metastore
 
     with pytest.raises(StorageError, match="'hive.metastore.uris'") as info:
         Metastore("lake", "events", ["thrift://127.0.0.1:1"], "file:///lake/events").register(["dt=1"])

@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
-from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
-from kafka_eos_ds.filesink.layout import FileId, Layout, query_token, writer_dir
-from kafka_eos_ds.filesink.participants import FileParticipants
-from kafka_eos_ds.filesink.staging import RenameFile
-from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
+from kafka_eos_ds.table_sink.config import FileSinkConfig, check_writable
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.handles import StagedFile, StagedFiles
+from kafka_eos_ds.table_sink.layout import FileId, Layout, query_token, writer_dir
+from kafka_eos_ds.table_sink.participants import FileParticipants
+from kafka_eos_ds.table_sink.staging import RenameFile
+from kafka_eos_ds.table_sink.task import FileCommitMessage, write_files
 from kafka_eos_ds.twophase import (
     DECIDED,
     DONE,
@@ -357,7 +357,7 @@ def test_writes_inside_foreachbatch_each_commit_and_a_re_run_adds_no_file(tmp_pa
     inside foreachBatch (the tasks see the stream's properties), then Spark re-running the
     last micro-batch after a restart: every write's file appears once, and the re-run's
     writes add none."""
-    from kafka_eos_ds.filesink.file_sink import FileSink
+    from kafka_eos_ds.table_sink.sink import FileSink
 
     sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path)}), None)
 
@@ -378,7 +378,7 @@ def test_writes_inside_foreachbatch_each_commit_and_a_re_run_adds_no_file(tmp_pa
 
 
 def test_a_finished_job_leaves_no_staging_directory_behind(tmp_path):
-    from kafka_eos_ds.filesink.file_sink import FileSink
+    from kafka_eos_ds.table_sink.sink import FileSink
 
     sink = FileSink(FileSinkConfig.from_options({"path": str(tmp_path)}), None)
     for n in range(3):

@@ -10,12 +10,12 @@ import pyarrow as pa
 import pytest
 
 from kafka_eos_ds.errors import StorageError, TransactionError
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.file_sink import FileSink
-from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
-from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
-from kafka_eos_ds.filesink.participants import FileParticipants
 from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.handles import StagedFile, StagedFiles
+from kafka_eos_ds.table_sink.layout import FileId, Layout, writer_dir
+from kafka_eos_ds.table_sink.participants import FileParticipants
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase import (
     DECIDED,
     DONE,
@@ -198,7 +198,7 @@ def test_a_write_planned_before_a_fencing_claim_is_never_decided(tmp_path):
     and stalls before deleting them; the write's commit reads the log only then. Its
     decision goes after the number its planner read, which the claim took: refused, so
     nothing decided is deleted."""
-    from kafka_eos_ds.filesink.config import FileSinkConfig
+    from kafka_eos_ds.table_sink.config import FileSinkConfig
     from kafka_eos_ds.twophase.identity import WriteSpec
     from kafka_eos_ds.twophase.writers import Task
 
@@ -235,7 +235,7 @@ class Uploads:
 
 
 def test_on_s3_a_zombie_never_aborts_uploads_a_newer_driver_decided(tmp_path):
-    from kafka_eos_ds.filesink.uploads import UploadParticipants
+    from kafka_eos_ds.table_sink.uploads import UploadParticipants
 
     layout = Layout(tmp_path)
     FileDecisionLog(layout).write("q:query", Decision("query", 4, DONE))
@@ -261,7 +261,7 @@ def test_on_s3_a_zombie_never_aborts_uploads_a_newer_driver_decided(tmp_path):
 def test_a_driver_alone_claims_nothing_and_each_write_takes_the_number_after_its_planners(tmp_path):
     """Steady state: nothing staged is left to delete, so no claim; each write's decision
     and done record are the two numbers after the one its planner read."""
-    from kafka_eos_ds.filesink.config import FileSinkConfig
+    from kafka_eos_ds.table_sink.config import FileSinkConfig
     from kafka_eos_ds.twophase.identity import WriteSpec
     from kafka_eos_ds.twophase.writers import Task
 

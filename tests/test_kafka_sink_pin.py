@@ -15,9 +15,9 @@ from dataclasses import replace
 import pytest
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.sink import kafka_sink
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle
+from kafka_eos_ds.kafka_sink import sink as kafka_sink
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage, KafkaHandle
 from kafka_eos_ds.twophase import Kind, Outcome, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision, DoneMark, Participant
 from kafka_eos_ds.twophase.runtime import register, unregister

@@ -21,8 +21,8 @@ import confluent_kafka
 import pyarrow as pa
 import pytest
 
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.task_writer import write_partition
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.task_writer import write_partition
 from kafka_eos_ds.twophase import Kind, WriteId, faults
 from kafka_eos_ds.twophase.protocol import DoneMark
 from kafka_eos_ds.twophase.writers import Task
@@ -150,7 +150,7 @@ def test_no_producer_of_the_package_is_closed_or_context_managed_where_it_holds_
     import ast
     import inspect
 
-    from kafka_eos_ds.sink import task_writer
+    from kafka_eos_ds.kafka_sink import task_writer
 
     tree = ast.parse(inspect.getsource(task_writer))
     closes = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import DECIDED, Decision, DoneMark
 from tests.test_twophase import PROGRESS, committer, part, stream
 

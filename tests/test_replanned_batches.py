@@ -87,7 +87,7 @@ def test_the_planner_reads_nothing_more_while_the_commit_log_is_at_the_latest_de
 def test_the_kafka_sinks_planner_compares_its_latest_decision_with_the_checkpoint():
     from types import SimpleNamespace
 
-    from kafka_eos_ds.sink.kafka_sink import KafkaSink
+    from kafka_eos_ds.kafka_sink.sink import KafkaSink
 
     class Checkpoint:
         location = "/ckpt"

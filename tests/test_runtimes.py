@@ -10,14 +10,14 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from kafka_eos_ds.datasource import KafkaEosDataSource
-from kafka_eos_ds.filesink import runtime as table
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
-from kafka_eos_ds.filesink.file_sink import FileSink
 from kafka_eos_ds.kafka.driver_session import SESSIONS
-from kafka_eos_ds.sink import runtime as kafka
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.kafka_sink import KafkaSink
+from kafka_eos_ds.kafka_sink import runtime as kafka
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.sink import KafkaSink
+from kafka_eos_ds.table_sink import runtime as table
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.datasource import KafkaEosFileDataSource
+from kafka_eos_ds.table_sink.sink import FileSink
 from kafka_eos_ds.twophase.runtime import register, unregister
 from tests.test_sink_units import OPTS, SCHEMA
 

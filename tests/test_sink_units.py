@@ -11,10 +11,10 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, Stri
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
 from kafka_eos_ds.kafka.coordinator import TxnState
-from kafka_eos_ds.sink import transactional_ids as ids
-from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
-from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink import transactional_ids as ids
+from kafka_eos_ds.kafka_sink.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.kafka_sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkConfig
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import Outcome
 from tests.sink_fakes import kafka_runtime
 from tests.test_twophase import FakeLog
@@ -168,7 +168,7 @@ def test_a_topic_is_required_from_the_option_or_a_column():
 def test_open_ids_are_the_sinks_ongoing_transactions_only():
     """Recovery aborts what is Ongoing; a transaction already committing or aborting (the
     last batch's, markers still being written) ends by itself and is left alone."""
-    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
 
     class Listing:
         def list_transactions(self, id_regex):
@@ -226,7 +226,7 @@ def test_task_producer_connects_before_init_and_reads_its_id_after_the_flush(mon
     import confluent_kafka
     import pyarrow as pa
 
-    from kafka_eos_ds.sink.task_writer import write_partition
+    from kafka_eos_ds.kafka_sink.task_writer import write_partition
     from kafka_eos_ds.twophase import Kind, WriteId
     from kafka_eos_ds.twophase.protocol import DoneMark
     from kafka_eos_ds.twophase.writers import Task
@@ -262,7 +262,7 @@ def test_an_idempotent_task_producer_connects_before_its_first_record(monkeypatc
     import confluent_kafka
     import pyarrow as pa
 
-    from kafka_eos_ds.sink.task_writer import write_partition
+    from kafka_eos_ds.kafka_sink.task_writer import write_partition
     from kafka_eos_ds.twophase import Kind, WriteId
     from kafka_eos_ds.twophase.protocol import DoneMark
     from kafka_eos_ds.twophase.writers import Task
@@ -310,7 +310,7 @@ def test_the_commit_timeout_is_checked_with_the_other_options(value, message):
 
 
 def test_batch_overwrite_is_refused_as_in_the_builtin():
-    from kafka_eos_ds.sink import batch_writer
+    from kafka_eos_ds.kafka_sink import batch_writer
 
     with pytest.raises(ConfigError, match="'overwrite'.*append"):
         batch_writer(SCHEMA, OPTS, overwrite=True)
@@ -333,7 +333,7 @@ def test_the_coordinator_client_takes_the_users_client_id():
 def test_at_least_once_task_producer_starts_with_the_builtin_acks_and_retries(acks, retries):
     """The task producer once always enabled idempotence, which librdkafka refuses with
     acks other than all (or retries 0): every task of such a query failed."""
-    from kafka_eos_ds.sink.task_writer import _PartitionWriter
+    from kafka_eos_ds.kafka_sink.task_writer import _PartitionWriter
 
     cfg = SinkConfig.from_options({**OPTS, "kafka.bootstrap.servers": "127.0.0.1:1", "deliveryGuarantee":
                                    "at_least_once", "kafka.acks": acks, "kafka.retries": retries}, SCHEMA)
@@ -355,7 +355,7 @@ def test_settings_the_coordinator_client_cannot_use_are_refused_with_the_options
 def test_header_lists_reads_each_rows_headers_from_the_flat_columns():
     import pyarrow as pa
 
-    from kafka_eos_ds.sink.task_writer import _header_lists
+    from kafka_eos_ds.kafka_sink.task_writer import _header_lists
 
     kind = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     column = pa.chunked_array([
@@ -373,7 +373,7 @@ def test_unfit_names_each_transaction_that_can_no_longer_commit_and_the_options_
     import time
 
     from kafka_eos_ds.kafka.coordinator import TxnState
-    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
     from kafka_eos_ds.twophase import Participant
 
     now_ms = int(time.time() * 1000)
@@ -415,7 +415,7 @@ def test_task_producer_log_keeps_why_the_transaction_failed(caplog):
     from confluent_kafka import Producer as RealProducer
 
     from kafka_eos_ds.kafka.errors import producer_error
-    from kafka_eos_ds.sink.task_writer import _TxnLog
+    from kafka_eos_ds.kafka_sink.task_writer import _TxnLog
 
     log = _TxnLog()
     producer = RealProducer({"bootstrap.servers": "127.0.0.1:1", "logger": log, "debug": "broker",
@@ -472,7 +472,7 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
     import time
 
     from kafka_eos_ds.errors import TransactionError
-    from kafka_eos_ds.sink import kafka_sink
+    from kafka_eos_ds.kafka_sink import sink as kafka_sink
     from kafka_eos_ds.twophase import Participant
     from kafka_eos_ds.twophase.identity import Kind, WriteId
 
@@ -499,7 +499,7 @@ def test_a_batch_is_decided_only_with_time_left_for_the_decision_write_and_the_c
 
 
 def test_an_unknown_outcome_names_what_the_coordinator_shows_and_what_to_check():
-    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
     from kafka_eos_ds.twophase import Participant
 
     class Coordinator:
@@ -530,7 +530,7 @@ def test_offsets_the_principal_may_not_commit_refuse_the_batch_naming_the_option
     gets an error naming 'sourceGroupId' and the grant, at the attach step, which comes
     before the decision: the batch is refused undecided instead of wedged decided."""
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
-    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
     from kafka_eos_ds.twophase import Participant
 
     class Coordinator:
@@ -562,7 +562,7 @@ def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_dec
     """Brokers before 4.1.0 with transaction version 2 overflow the epoch when they abort
     a transaction at the last epoch (a fence, a timeout): the driver, which sees every
     task's epoch, warns so that a hanging transaction has its explanation in the log."""
-    from kafka_eos_ds.sink.participants import LAST_EPOCH, KafkaTransactions
+    from kafka_eos_ds.kafka_sink.participants import LAST_EPOCH, KafkaTransactions
     from kafka_eos_ds.twophase import Participant
 
     class Coordinator:
@@ -572,7 +572,7 @@ def test_a_transaction_at_the_last_producer_epoch_is_warned_about_before_the_dec
     txns = KafkaTransactions(Coordinator(), "etl", 900_000)
     at = [Participant(f"etl-{i}-0", i, 0, 5, KafkaHandle(7, e))
           for i, e in enumerate((LAST_EPOCH - 1, LAST_EPOCH))]
-    with caplog.at_level(logging.WARNING, logger="kafka_eos_ds.sink.participants"):
+    with caplog.at_level(logging.WARNING, logger="kafka_eos_ds.kafka_sink.participants"):
         txns.unfit(at, 15)
     warned = [r.getMessage() for r in caplog.records if "last before" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("etl-1-0 runs at producer epoch 32766")
@@ -586,7 +586,7 @@ def test_a_negative_partition_fails_the_task_before_its_rows_are_produced(arrow)
     import pyarrow as pa
     from pyspark.sql import Row
 
-    from kafka_eos_ds.sink.task_writer import _PartitionWriter
+    from kafka_eos_ds.kafka_sink.task_writer import _PartitionWriter
 
     schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])
     writer = _PartitionWriter(SinkConfig.from_options(OPTS, schema), 0, 0)
@@ -601,7 +601,7 @@ def test_a_negative_partition_fails_the_task_before_its_rows_are_produced(arrow)
 def test_a_task_s_transaction_handle_reads_back_from_its_decision_record():
     import json
 
-    from kafka_eos_ds.sink.messages import KafkaCommitMessage
+    from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage
     from kafka_eos_ds.twophase.identity import Kind, WriteId
     from kafka_eos_ds.twophase.protocol import Participant
 
@@ -625,7 +625,7 @@ def test_every_setup_step_of_a_driver_step_is_retried_when_it_fails_transiently(
     import time
 
     from kafka_eos_ds.errors import KafkaClientError
-    from kafka_eos_ds.sink import kafka_sink
+    from kafka_eos_ds.kafka_sink import sink as kafka_sink
     from kafka_eos_ds.twophase import Participant
     from kafka_eos_ds.twophase.identity import Kind, WriteId
 

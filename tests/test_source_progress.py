@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.sink import batch_writer
-from kafka_eos_ds.sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink import batch_writer
+from kafka_eos_ds.kafka_sink.config import SinkConfig
 from kafka_eos_ds.storage.checkpoint import Checkpoint
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'

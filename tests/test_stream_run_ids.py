@@ -12,9 +12,9 @@ import re
 import pytest
 
 from kafka_eos_ds.kafka.coordinator import TxnState
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.messages import KafkaHandle
-from kafka_eos_ds.sink.participants import KafkaTransactions
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
 from kafka_eos_ds.twophase import Kind, Participant, WriteId, WriteSpec
 from kafka_eos_ds.twophase.identity import STREAM_FAMILIES, identify, matches, token
 

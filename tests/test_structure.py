@@ -33,12 +33,26 @@ def test_twophase_knows_no_kafka():
 
     from kafka_eos_ds import twophase
 
-    kafka = re.compile(r"^\s*(import|from) (confluent_kafka|kafka\b|kafka_eos_ds\.(kafka|sink)\b)|KafkaClientError",
+    kafka = re.compile(r"^\s*(import|from) (confluent_kafka|kafka\b|kafka_eos_ds\.kafka(_sink)?\b)|KafkaClientError",
                        re.M)
     for name in [twophase.__name__, *_modules(twophase)]:
         with open(importlib.import_module(name).__file__) as f:
             found = kafka.search(f.read())
         assert found is None, f"{name} mentions {found.group(0)}"
+
+
+def test_neither_sink_package_imports_the_other():
+    import importlib
+    import re
+
+    from kafka_eos_ds import kafka_sink, table_sink
+
+    for package, other in ((kafka_sink, "table_sink"), (table_sink, "kafka_sink")):
+        imports = re.compile(rf"^\s*(import|from) kafka_eos_ds\.{other}\b", re.M)
+        for name in [package.__name__, *_modules(package)]:
+            with open(importlib.import_module(name).__file__) as f:
+                found = imports.search(f.read())
+            assert found is None, f"{name} imports the other sink: {found.group(0)}"
 
 
 class _RecordingSink:
@@ -52,7 +66,7 @@ class _RecordingSink:
 
     @property
     def message_type(self):
-        from kafka_eos_ds.sink.messages import KafkaCommitMessage
+        from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage
 
         return KafkaCommitMessage
 
@@ -70,7 +84,7 @@ class _RecordingSink:
 
 
 def _message(write, partition=0):
-    from kafka_eos_ds.sink.messages import KafkaCommitMessage
+    from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage
 
     return KafkaCommitMessage(write, partition, 0, 1, write.family, f"t-{partition}", 7, 1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_eos_ds.errors import KafkaClientError, TransactionError, TransactionLostError, TransactionOutcomeUnknownError
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import (
     ABANDONED,
     DECIDED,

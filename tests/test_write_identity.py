@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kafka_eos_ds.errors import ConfigError, TransactionError
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, DoneMark, Kind, Participant, WriteId, WriteSpec
 from kafka_eos_ds.twophase.identity import identify, matches
 from kafka_eos_ds.twophase.protocol import DecisionState

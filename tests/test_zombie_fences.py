@@ -11,9 +11,9 @@ import pytest
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka import coordinator as c
 from kafka_eos_ds.kafka.coordinator import TxnState
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-from kafka_eos_ds.sink.messages import KafkaHandle
-from kafka_eos_ds.sink.participants import KafkaFences, KafkaTransactions
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink.participants import KafkaFences, KafkaTransactions
 from kafka_eos_ds.twophase import DECIDED, DONE, Decision, Instance, Kind, Participant, TwoPhaseCommitter, WriteId
 
 QUERY = WriteId(Kind.STREAM, "q", -1)

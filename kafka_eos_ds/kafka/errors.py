@@ -42,7 +42,7 @@ principal may not write to a KafkaClientError naming the settings (not retriable
 purged because their transaction failed the cause librdkafka logged (retriable).
 
 Error codes in a broker's *answer* (EndTxn, InitProducerId, ...) are not client errors:
-:mod:`.coordinator` and :mod:`kafka_eos_ds.sink.commit_outcome` sort them.
+:mod:`.coordinator` and :mod:`kafka_eos_ds.kafka_sink.commit_outcome` sort them.
 
 librdkafka reports a failed SASL or TLS handshake to the client's error callback, while
 the call itself only times out or fails to connect; a client whose calls should name the

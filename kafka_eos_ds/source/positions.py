@@ -33,9 +33,9 @@ def resolve(spec: OffsetSpec, partitions: Iterable[TopicPartitionKey], metadata:
         earliest = metadata.earliest(missing)
         return {tp: (c if (c := committed.get(tp)) is not None else earliest[tp]) for tp in tps}
     if spec.kind is Position.TABLE:
-        # Where the table ends (kafka_eos_ds.filesink.progress); a partition no batch of the
+        # Where the table ends (kafka_eos_ds.table_sink.progress); a partition no batch of the
         # table read from starts at the earliest offset, as with 'group'.
-        from kafka_eos_ds.filesink.progress import table_end
+        from kafka_eos_ds.table_sink.progress import table_end
 
         assert spec.table is not None
         ends = table_end(spec.table, dict(spec.storage.settings) if spec.storage else {})

@@ -11,7 +11,7 @@ and ``viewfs://``, :mod:`.s3` (``boto3``) for ``s3a://``/``s3://``; and, for rea
 The three differ where the sink needs them to: a local disk and HDFS rename a file in
 one step and can refuse to replace one (``renames``: pending -> final is a rename); S3
 cannot rename, and a multipart upload is its pending state (:class:`.s3.S3Store`). The
-file sink chooses its staging from this once (``filesink.staging.staging_of``). All
+file sink chooses its staging from this once (``table_sink.staging.staging_of``). All
 three create a small file only if it is absent, atomically (``put(new=True)``), which is
 what the sink's numbered decisions stand on.
 
@@ -127,7 +127,7 @@ class RenameStore(Store, Protocol):
 
 def renaming(store: Store) -> TypeGuard[RenameStore]:
     """Whether ``store`` moves a pending file to its final name by rename (local, HDFS); the
-    file sink's staging is chosen from it, once (``filesink.staging.staging_of``)."""
+    file sink's staging is chosen from it, once (``table_sink.staging.staging_of``)."""
     return store.renames
 
 

@@ -1,7 +1,7 @@
 """A local disk (or a shared POSIX mount), through ``os``: a hard link creates a name
 only if it is free, in one step, and an ``fsync`` of the file and then of its directory
 makes a write or a move durable. The ``os`` and the uuids of temporary names are the
-table sink's runtime's (:mod:`kafka_eos_ds.filesink.runtime`)."""
+table sink's runtime's (:mod:`kafka_eos_ds.table_sink.runtime`)."""
 
 from __future__ import annotations
 

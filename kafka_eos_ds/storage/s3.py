@@ -4,7 +4,7 @@ the same objects.
 S3 cannot rename, and lists only what is complete: a multipart upload is invisible until
 ``CompleteMultipartUpload``, which puts the object at its key in one step. So on S3 the
 pending state of a file is an upload started and filled by a task, completed by the
-driver (:mod:`kafka_eos_ds.filesink.uploads`). Completing with ``If-None-Match: *`` never
+driver (:mod:`kafka_eos_ds.table_sink.uploads`). Completing with ``If-None-Match: *`` never
 replaces an existing object, and a small file is created only if absent by ``PutObject``
 with ``If-None-Match: *`` (both answered 412 when the key is taken; measured on MinIO,
 documented by AWS since 2024). A retried completion may answer ``NoSuchUpload`` (MinIO)

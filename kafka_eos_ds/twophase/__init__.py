@@ -6,7 +6,7 @@ task belongs to; :mod:`.recovery` is the pure policy; :mod:`.committer` runs it 
 driver (by role: :mod:`.committing`, :mod:`.recovering`, :mod:`.aborting`, over
 :mod:`.steps` and :mod:`.ports`); :mod:`.task` runs a task's side; :mod:`.writers` are
 Spark's writers, composed with a sink's steps; :mod:`.faults` is the crash-test hook. The
-Kafka sink (:mod:`kafka_eos_ds.sink`) and the file sink (:mod:`kafka_eos_ds.filesink`)
+Kafka sink (:mod:`kafka_eos_ds.kafka_sink`) and the file sink (:mod:`kafka_eos_ds.table_sink`)
 implement it.
 """
 

@@ -68,7 +68,7 @@ ABANDONED = DecisionState.ABANDONED
 class Handle(Protocol):
     """What a sink needs to commit a participant from another process: a frozen value of
     the sink's own type (the Kafka sink's ``sink.messages.KafkaHandle``, the file sink's
-    ``filesink.handles.StagedFiles``), encoded as JSON only where a decision is written."""
+    ``table_sink.handles.StagedFiles``), encoded as JSON only where a decision is written."""
 
     def to_json(self) -> dict[str, Any]:
         """The handle as stored in a decision (the sink's decoder reads it back)."""

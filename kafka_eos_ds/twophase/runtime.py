@@ -2,8 +2,8 @@
 
 A sink's steps read the time (a monotonic clock for deadlines, the wall clock where a
 broker's timestamps are compared), sleep between retries, draw uuids (a job's id) and run
-participants in a thread pool; each sink adds the clients it builds (:mod:`kafka_eos_ds.sink.runtime`,
-:mod:`kafka_eos_ds.filesink.runtime`). The product runs on the default runtimes; a test,
+participants in a thread pool; each sink adds the clients it builds (:mod:`kafka_eos_ds.kafka_sink.runtime`,
+:mod:`kafka_eos_ds.table_sink.runtime`). The product runs on the default runtimes; a test,
 the protocol simulation above all, hands in its own (a virtual clock, seeded uuids, one
 step at a time, model clients) instead of replacing module attributes.
 

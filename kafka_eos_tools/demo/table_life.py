@@ -275,7 +275,7 @@ def _new_query(plan: LifePlan, lane: Lane, name: str, table: str, location: str,
 
 
 def _query_token(checkpoint: Path) -> str:
-    from kafka_eos_ds.filesink.layout import query_token
+    from kafka_eos_ds.table_sink.layout import query_token
 
     return query_token(Checkpoint.at(str(checkpoint)).query_id())
 

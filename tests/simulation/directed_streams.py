@@ -8,7 +8,7 @@ import json
 import random
 from typing import Callable
 
-from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.kafka_sink import transactional_ids
 from tests.simulation.adapters import Producer
 from tests.simulation.faults import CRASH, FAIL, SLOW, STALL, Fault
 from tests.simulation.invariants import Oracle

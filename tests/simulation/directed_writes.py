@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from kafka_eos_ds.filesink.layout import writer_dir
+from kafka_eos_ds.table_sink.layout import writer_dir
 from tests.simulation.directed_streams import query, resume_when, zombie_step_scenario
 from tests.simulation.faults import CRASH, FAIL, SPARK, STALL, Fault
 from tests.simulation.invariants import Oracle, newest_file_decision

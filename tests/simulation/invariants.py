@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from kafka_eos_ds.filesink.handles import StagedFiles
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
+from kafka_eos_ds.table_sink.handles import StagedFiles
 from kafka_eos_ds.twophase.identity import STREAM_FAMILIES
 from kafka_eos_ds.twophase.protocol import ABANDONED, Decision
 from tests.simulation.model.logs import OFFSETS_TOPIC

@@ -5,12 +5,12 @@ uses of its process from a runtime (:mod:`kafka_eos_ds.twophase.runtime`), and
 :func:`installed` builds the simulation's and registers them under their names (a writer
 pickled for its tasks carries its runtime's name) for the duration of the block:
 
-* the Kafka sink's (:class:`~kafka_eos_ds.sink.runtime.KafkaRuntime`): the real
+* the Kafka sink's (:class:`~kafka_eos_ds.kafka_sink.runtime.KafkaRuntime`): the real
   ``TransactionCoordinator`` built on the model's admin client and coordinator channel
   (its ``admin_factory`` and ``channel_factory``), the model's admin, producer and
   consumers under the real ``KafkaDecisionLog`` (``log_clients``), the model's metadata
   client and task producer (:mod:`.adapters`); driver clients kept for the run only;
-* the table sink's (:class:`~kafka_eos_ds.filesink.runtime.TableRuntime`): the local
+* the table sink's (:class:`~kafka_eos_ds.table_sink.runtime.TableRuntime`): the local
   store's ``os`` -> :class:`OsProxy` (a step at each half of every move, where a crash can
   strike between a pending file and its final name, or between the link and the unlink,
   and at every deletion), which also shows the oracle every decision file created and
@@ -172,9 +172,9 @@ def _stamp(w: World) -> Callable[[], str]:
 
 def runtimes(w: World, os_proxy: OsProxy) -> dict[str, Runtime]:
     """The simulation's runtimes of ``w``, by sink kind ("kafka", "file")."""
-    from kafka_eos_ds.filesink.runtime import TableRuntime
     from kafka_eos_ds.kafka.driver_session import ClientSessions
-    from kafka_eos_ds.sink.runtime import KafkaRuntime
+    from kafka_eos_ds.kafka_sink.runtime import KafkaRuntime
+    from kafka_eos_ds.table_sink.runtime import TableRuntime
 
     clock = VirtualTime(w)
     common: dict[str, Any] = {"clock": clock.monotonic, "wall": clock.time, "sleep": clock.sleep,

@@ -73,7 +73,7 @@ class FileSink:
     extra: dict = field(default_factory=dict)
 
     def data_source(self, checkpoint: str = "", extra: dict | None = None) -> Any:
-        from kafka_eos_ds.filesink.datasource import KafkaEosFileDataSource
+        from kafka_eos_ds.table_sink.datasource import KafkaEosFileDataSource
 
         opts = {"path": str(self.path), "fileFormat": "jsonl", "commitTimeoutMs": str(self.commit_timeout_ms)}
         if checkpoint:

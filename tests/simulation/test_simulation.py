@@ -158,8 +158,8 @@ def test_the_adapters_stand_in_for_the_products_clients():
     from kafka_eos_ds.kafka import clients
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
     from kafka_eos_ds.kafka.metadata import MetadataClient
-    from kafka_eos_ds.sink import decision_log, task_writer
-    from kafka_eos_ds.sink.runtime import DEFAULT
+    from kafka_eos_ds.kafka_sink import decision_log, task_writer
+    from kafka_eos_ds.kafka_sink.runtime import DEFAULT
     from tests.simulation.adapters.log_clients import ModelAdminClient, ModelConsumer
     from tests.simulation.adapters.producers import ConfluentProducer
 

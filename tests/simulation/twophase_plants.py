@@ -10,7 +10,7 @@ from kafka_eos_ds.twophase.protocol import DECIDED
 def undurable_decisions(monkeypatch: Any) -> None:
     """A decision log whose 'decided' records never reach the log: the commits that follow
     have no durable decision behind them."""
-    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
 
     write = KafkaDecisionLog.write
 
@@ -23,7 +23,7 @@ def undurable_decisions(monkeypatch: Any) -> None:
 
 def forgetful_log(monkeypatch: Any) -> None:
     """A decision log that reads nothing back: a restart decides a decided batch anew."""
-    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
 
     monkeypatch.setattr(KafkaDecisionLog, "latest", lambda self, key: None)
     monkeypatch.setattr(KafkaDecisionLog, "latest_of", lambda self, kind: None)
@@ -40,6 +40,6 @@ def sweepless_committer(monkeypatch: Any) -> None:
 def claimless_file_fences(monkeypatch: Any) -> None:
     """The file sink's fences delete what they listed without claiming the decision log
     first: a driver that fell behind deletes what a newer driver decided."""
-    from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+    from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
 
     monkeypatch.setattr(FileDecisionLog, "claim", lambda self, writer, ticket: None)

@@ -8,9 +8,9 @@ models in :mod:`tests.simulation.model`:
   ``admin_factory`` and ``channel_factory``: the real coordinator calls,
   ``KafkaTransactions`` and ``commit_outcome`` run on them;
 * :mod:`.log_clients`: the admin, transactional producer and consumers of the real
-  ``kafka_eos_ds.sink.decision_log.KafkaDecisionLog``, through its ``LogClients`` seam,
+  ``kafka_eos_ds.kafka_sink.decision_log.KafkaDecisionLog``, through its ``LogClients`` seam,
   and the sink's metadata client;
-* :class:`~.producers.ModelPartitionWriter` for ``kafka_eos_ds.sink.task_writer.
+* :class:`~.producers.ModelPartitionWriter` for ``kafka_eos_ds.kafka_sink.task_writer.
   _PartitionWriter`` (one task's librdkafka producer): the real ``write_partition`` and
   ``twophase.task.run_task`` run on it.
 

@@ -6,7 +6,7 @@
 * :class:`ConfluentProducer`: confluent-kafka's ``Producer`` API over it (the calls the
   sink's decision log makes, with librdkafka's errors), handed to the real
   ``KafkaDecisionLog`` by :mod:`.log_clients`.
-* :class:`ModelPartitionWriter`: THIN ADAPTER for ``kafka_eos_ds.sink.task_writer.
+* :class:`ModelPartitionWriter`: THIN ADAPTER for ``kafka_eos_ds.kafka_sink.task_writer.
   _PartitionWriter`` (one task's producer, a ``twophase.protocol.TaskTransaction``): the
   real ``write_partition`` and ``twophase.task.run_task`` run on it.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping
 
 from kafka_eos_ds.errors import KafkaClientError, TransactionFencedError
-from kafka_eos_ds.sink import transactional_ids
+from kafka_eos_ds.kafka_sink import transactional_ids
 from tests.simulation import world as sim
 from tests.simulation.adapters.requests import PROCESS, RETRIABLE, request
 from tests.simulation.model import errors as e
@@ -184,7 +184,7 @@ class ConfluentProducer:
 
 
 class ModelPartitionWriter:
-    """``kafka_eos_ds.sink.task_writer._PartitionWriter`` on the model: the task's items are
+    """``kafka_eos_ds.kafka_sink.task_writer._PartitionWriter`` on the model: the task's items are
     ``(topic, partition, key, value)`` records of the simulated query."""
 
     def __init__(self, config: Any, partition: int, attempt: int, family: str = "") -> None:

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kafka_eos_ds.filesink.layout import new_stamp
 from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.table_sink.layout import new_stamp
 from kafka_eos_ds.twophase.runtime import Runtime, register
 
 

@@ -25,15 +25,12 @@ aborts transactions only after a claim succeeded (``twophase.steps``, ``Steps.fe
 write is pinned to the log's :meth:`~KafkaDecisionLog.position` its planner read: its
 commit refuses it while undecided if a claim of its writer came from there on
 (:meth:`~KafkaDecisionLog.claimed_since`; a step that claimed between the planner and the
-commit may have observed the write's open transactions to abort them). Another writer's open
-write (another sink sharing the topic) would hide every later record from a
-``read_committed`` reader, so a read first waits for the partition's last stable offset
-to reach its high watermark: a read sees everything committed before it started.
+commit may have observed the write's open transactions to abort them). The topic itself
+(created if missing, read up to its settled end in windows) is :mod:`.commit_log`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import zlib
@@ -44,9 +41,10 @@ from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
 from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
-from kafka_eos_ds.kafka.settings import client_config, redact
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.messages import KafkaHandle
+from kafka_eos_ds.kafka.settings import client_config
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.commit_log import CommitLogReader, ensure_topic
+from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
@@ -59,9 +57,6 @@ _WINDOW = 256
 # middle holds back readers of the topic (every sink sharing it) for seconds, not the
 # librdkafka default of a minute; the broker aborts it after this.
 WRITER_TIMEOUT_MS = 10_000
-# How long a read waits for another writer's open decision write to end (its timeout
-# plus the broker's abort sweep, with room).
-SETTLE_S = 30.0
 # How far back a search for unfinished jobs reads: a job's transactions are aborted by
 # their timeout (at most the broker's transaction.max.timeout.ms, 15 min by default)
 # long before this, and finishing them is then impossible anyway.
@@ -93,7 +88,7 @@ class KafkaDecisionLog:
         Where the process keeps the log's readers between steps.
     clock, wall, sleep : callable, optional
         Monotonic seconds, the wall clock (records' timestamps) and a wait: the sink's
-        runtime's (:mod:`kafka_eos_ds.sink.runtime`).
+        runtime's (:mod:`kafka_eos_ds.kafka_sink.runtime`).
     """
 
     def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, writer: str = "",
@@ -109,59 +104,18 @@ class KafkaDecisionLog:
         self._clock, self._wall, self._sleep = clock, wall, sleep
         self._producer: Any = None
         self._first: Any = None  # the producer fenced when the step began: the one a claim must use
-        self._readers: tuple[ConsumerLike, ConsumerLike] | None = None
-        self._held = contextlib.ExitStack()  # the process's kept readers, given back at close
-        self._doubt: BaseException | None = None  # a read failed: its readers are closed, not kept
+        self._reads = CommitLogReader(self._conf, topic, prefix, self._clients, sessions, clock, sleep)
         self._partitions: int | None = None
         self._partition: int | None = None  # where this prefix's decisions are, once looked up
 
     # -- topic --------------------------------------------------------------
 
     def ensure_topic(self, metadata: Any = None) -> int:
-        """Create the topic if missing (RF = min(3, brokers), compacted); return its partition count.
-
-        ``metadata`` (a confluent-kafka ClusterMetadata already fetched) saves a round trip.
-        """
-        if self._partitions is not None:
-            return self._partitions
-        from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import NewTopic
-
-        # An admin client only when one is needed: every driver step hands in the metadata
-        # it read, and the topic exists in all but the first.
-        admin: AdminLike | None = None
-        try:
-            if metadata is None:
-                admin = self._clients.admin(client_config(self._conf, "commit_log"))
-                metadata = admin.list_topics(timeout=15)
-            md = metadata
-            existing = md.topics.get(self.topic)
-            if existing is None or existing.error is not None:
-                admin = admin or self._clients.admin(client_config(self._conf, "commit_log"))
-                rf = min(3, len(md.brokers))
-                config = {"cleanup.policy": "compact", "min.insync.replicas": str(min(2, rf))}
-                fut = admin.create_topics([NewTopic(self.topic, 1, rf, config=config)], operation_timeout=30)
-                try:
-                    fut[self.topic].result(60)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise
-                partitions = 1
-                for _ in range(100):
-                    t = admin.list_topics(self.topic, timeout=10).topics.get(self.topic)
-                    if t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values()):
-                        partitions = len(t.partitions)
-                        break
-                    self._sleep(0.1)
-            else:
-                partitions = len(existing.partitions)
-        except KafkaException as exc:
-            raise client_error(
-                f"Cannot create or read the commit-log topic '{self.topic}' (option 'commitLogTopic') at "
-                f"{redact(self._conf).get('bootstrap.servers')}", exc, self._conf,
-                fix="The sink needs to create it or be allowed to describe and write it.") from exc
-        self._partitions = partitions
-        return partitions
+        """Create the topic if missing; return its partition count (``metadata``: a
+        confluent-kafka ClusterMetadata already fetched, which saves a round trip)."""
+        if self._partitions is None:
+            self._partitions = ensure_topic(self._conf, self.topic, self._clients, self._sleep, metadata)
+        return self._partitions
 
     # -- write ---------------------------------------------------------------
 
@@ -222,7 +176,7 @@ class KafkaDecisionLog:
             producer.begin_transaction()
             producer.produce(self.topic, value=value, key=self._record_key(key), partition=partition)
             if progress is not None:
-                self._send_offsets(producer, progress)
+                send_offsets(producer, progress, self._clients, self._conf)
             faults.check("decision-before-commit", batch=batch)
             producer.commit_transaction(WRITE_TIMEOUT_S)
         except KafkaException as exc:
@@ -242,24 +196,6 @@ class KafkaDecisionLog:
             # Retriable (or abortable): the outcome is settled by the next writer's init_transactions.
             self._producer = None
             raise client_error(f"Writing the commit decision to '{self.topic}' failed", exc, self._conf) from exc
-
-    def _send_offsets(self, producer: Any, progress: Mapping[str, Any]) -> None:
-        """Add ``progress``'s offsets for its group to ``producer``'s open transaction
-        (AddOffsetsToTxn + TxnOffsetCommit, without group membership, as the task
-        transactions' are)."""
-        from confluent_kafka import TopicPartition
-
-        group = str(progress["group"])
-        member = self._clients.consumer(client_config(self._conf, "commit_log", **{
-            "group.id": group, "enable.auto.commit": False}))
-        try:
-            metadata = member.consumer_group_metadata()
-        finally:
-            member.close()
-        positions = [TopicPartition(topic, int(part), int(offset))
-                     for topic, parts in sorted(progress["offsets"].items())
-                     for part, offset in sorted(parts.items(), key=lambda kv: int(kv[0]))]
-        producer.send_offsets_to_transaction(positions, metadata, WRITE_TIMEOUT_S)
 
     # -- read ---------------------------------------------------------------
 
@@ -314,11 +250,11 @@ class KafkaDecisionLog:
 
         def search() -> tuple[bytes, KafkaDecision | None] | None:
             for partition in order:
-                low, end = self._settled_range(partition)
+                low, end = self._reads.settled_range(partition)
                 pinned = False
                 while end > low:
                     start = max(low, end - _WINDOW)
-                    for _offset, record_key, value, ts in reversed(self._read_window(partition, start, end)):
+                    for _offset, record_key, value, ts in reversed(self._reads.window(partition, start, end)):
                         if since_ms is not None and 0 <= ts < since_ms:
                             return None
                         if not record_key.startswith(mine):
@@ -336,14 +272,14 @@ class KafkaDecisionLog:
             self._partition = hashed
             return None
 
-        found: tuple[bytes, KafkaDecision | None] | None = self._reading(search)
+        found: tuple[bytes, KafkaDecision | None] | None = self._reads.reading(search)
         return found
 
     def position(self) -> int:
         """Where the prefix's records end now (the settled end of their partition). A
         planner reads it once its step is over; the write's commit step refuses the write
         if a claim of its writer was committed from there on (:meth:`claimed_since`)."""
-        end: int = self._reading(lambda: self._settled_range(self._locate())[1])
+        end: int = self._reads.reading(lambda: self._reads.settled_range(self._locate())[1])
         return end
 
     def claimed_since(self, position: int) -> bool:
@@ -354,31 +290,17 @@ class KafkaDecisionLog:
 
         def scan() -> bool:
             partition = self._locate()
-            low, end = self._settled_range(partition)
+            low, end = self._reads.settled_range(partition)
             start = max(low, position)
             while start < end:
                 stop = min(end, start + _WINDOW)
-                if any(key == claim for _offset, key, _value, _ts in self._read_window(partition, start, stop)):
+                if any(key == claim for _offset, key, _value, _ts in self._reads.window(partition, start, stop)):
                     return True
                 start = stop
             return False
 
-        claimed: bool = self._reading(scan)
+        claimed: bool = self._reads.reading(scan)
         return claimed
-
-    def _reading(self, read: Callable[[], Any]) -> Any:
-        """``read()``, a read of the log: a failure is the client's error, and it closes the
-        step's readers instead of keeping them (:meth:`close`)."""
-        from confluent_kafka import KafkaException
-
-        try:
-            return read()
-        except KafkaException as exc:
-            self._doubt = exc
-            raise client_error(f"Reading the commit log '{self.topic}' failed", exc, self._conf) from exc
-        except BaseException as exc:
-            self._doubt = exc
-            raise
 
     def _decode(self, record_key: bytes, value: bytes) -> KafkaDecision:
         try:
@@ -388,89 +310,29 @@ class KafkaDecisionLog:
                               f"a kafka_eos decision ({exc}); option 'commitLogTopic' must name a topic used only "
                               "by kafka_eos sinks.") from exc
 
-    def _consumers(self) -> tuple[ConsumerLike, ConsumerLike]:
-        """A read_committed consumer (reads, and the last stable offset) and a
-        read_uncommitted one (the high watermark).
-
-        Both are the driver process's, kept from earlier steps by their full settings
-        (:data:`~kafka_eos_ds.kafka.driver_session.SESSIONS`, as the coordinator client
-        is): building them cost each step two clients' bootstrap and group-coordinator
-        lookups. Only the clients are kept, never what they read: every read asks the
-        offsets again and fetches again (docs/dev/decisions.md, "The commit log is read
-        afresh by every read"). A reader is unassigned after each read, so a kept one
-        fetches nothing between steps; after a failed read both are closed."""
-        if self._readers is None:
-            def consumer(isolation: str) -> ConsumerLike:
-                conf = client_config(self._conf, "commit_log", **{
-                    "group.id": reader_group(self.prefix), "enable.auto.commit": False,
-                    "isolation.level": isolation, "fetch.wait.max.ms": 10, "enable.partition.eof": True})
-                return self._held.enter_context(self._sessions.session(conf, self._clients.consumer,
-                                                                 kind=(type(self._clients), "log consumer")))
-
-            self._readers = (consumer("read_committed"), consumer("read_uncommitted"))
-        return self._readers
-
-    def _settled_range(self, partition: int) -> tuple[int, int]:
-        """``(low, end)`` of what a read_committed reader may trust: ``end`` is the last
-        stable offset once it has reached the high watermark seen when the read started."""
-        from confluent_kafka import TopicPartition
-
-        committed, uncommitted = self._consumers()
-        tp = TopicPartition(self.topic, partition)
-        _, high = uncommitted.get_watermark_offsets(tp, timeout=15, cached=False)
-        deadline = self._clock() + SETTLE_S
-        while True:
-            low, stable = committed.get_watermark_offsets(tp, timeout=15, cached=False)
-            if stable >= high:
-                return low, stable
-            if self._clock() >= deadline:
-                raise KafkaClientError(
-                    f"The commit log '{self.topic}' (partition {partition}) is held back by another writer's open "
-                    f"write for more than {SETTLE_S:.0f}s (offsets {stable}..{high} not settled); retrying.",
-                    retriable=True)
-            self._sleep(0.05)
-
-    def _read_window(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, Any, int]]:
-        """``(offset, key, value, timestamp ms)`` of the committed records in ``[start, end)``."""
-        from confluent_kafka import TopicPartition
-
-        consumer = self._consumers()[0]
-        consumer.assign([TopicPartition(self.topic, partition, start)])
-        try:
-            return self._fetch(consumer, end)
-        finally:
-            consumer.unassign()  # a kept reader fetches nothing until the next read assigns it
-
-    def _fetch(self, consumer: ConsumerLike, end: int) -> list[tuple[int, bytes, Any, int]]:
-        from confluent_kafka import KafkaError
-
-        records: list[tuple[int, bytes, Any, int]] = []
-        while True:
-            msg: Any = consumer.poll(10)  # a record, or an error event (whose offset is None)
-            if msg is None:
-                raise KafkaClientError(f"Reading the commit log '{self.topic}' timed out", retriable=True)
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return records
-                raise client_error(f"Reading the commit log '{self.topic}' failed", error, self._conf)
-            offset = int(msg.offset())
-            if offset >= end:
-                return records
-            records.append((offset, msg.key() or b"", msg.value(), msg.timestamp()[1]))
-            if offset >= end - 1:
-                return records
-
     def close(self) -> None:
         # Every write committed or aborted its transaction before returning: nothing to flush.
         self._producer = self._first = None
-        self._readers = None
-        doubt, self._doubt = self._doubt, None
-        held, self._held = self._held, contextlib.ExitStack()
-        if doubt is None:
-            held.close()  # the readers are kept for the process's next step
-        else:
-            held.__exit__(type(doubt), doubt, doubt.__traceback__)  # the sessions close them
+        self._reads.close()
+
+
+def send_offsets(producer: Any, progress: Mapping[str, Any], clients: "LogClients", conf: Mapping[str, Any]) -> None:
+    """Add ``progress``'s offsets for its group to ``producer``'s open transaction
+    (AddOffsetsToTxn + TxnOffsetCommit, without group membership, as the task
+    transactions' are)."""
+    from confluent_kafka import TopicPartition
+
+    group = str(progress["group"])
+    member = clients.consumer(client_config(conf, "commit_log", **{
+        "group.id": group, "enable.auto.commit": False}))
+    try:
+        metadata = member.consumer_group_metadata()
+    finally:
+        member.close()
+    positions = [TopicPartition(topic, int(part), int(offset))
+                 for topic, parts in sorted(progress["offsets"].items())
+                 for part, offset in sorted(parts.items(), key=lambda kv: int(kv[0]))]
+    producer.send_offsets_to_transaction(positions, metadata, WRITE_TIMEOUT_S)
 
 
 def _writer_timeout_ms(conf: Mapping[str, Any]) -> int:
@@ -502,11 +364,3 @@ class LogClients:
         from confluent_kafka import Consumer
 
         return Consumer(dict(conf))
-
-
-def reader_group(prefix: str) -> str:
-    """The consumer group of the commit-log reader. librdkafka's consumers need one even
-    when they only assign partitions, and look its coordinator up, which Kafka ACLs
-    check; named under the sink's prefix, one prefixed Group ACL on
-    ``transactionalIdPrefix`` covers it (docs/sink.md, "Secured clusters")."""
-    return f"{prefix}.commit-log-reader"

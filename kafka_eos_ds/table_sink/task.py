@@ -27,13 +27,13 @@ from typing import Any, Iterable
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.encoding import record_batches
-from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile, StagedFiles
-from kafka_eos_ds.filesink.layout import FileId
-from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
-from kafka_eos_ds.filesink.staging import TaskFile, staging_of
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.encoding import record_batches
+from kafka_eos_ds.table_sink.handles import FileParticipant, StagedFile, StagedFiles
+from kafka_eos_ds.table_sink.layout import FileId
+from kafka_eos_ds.table_sink.runtime import DEFAULT, TableRuntime
+from kafka_eos_ds.table_sink.staging import TaskFile, staging_of
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import DoneMark, Participant
 from kafka_eos_ds.twophase.task import already_decided, run_task

@@ -28,11 +28,11 @@ import uuid
 from typing import Any, Sequence
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.encoding import FileEncoder
-from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile
-from kafka_eos_ds.filesink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.storage.s3 import S3Store
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.encoding import FileEncoder
+from kafka_eos_ds.table_sink.handles import FileParticipant, StagedFile
+from kafka_eos_ds.table_sink.layout import FileId, Layout, writer_dir
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Outcome
 

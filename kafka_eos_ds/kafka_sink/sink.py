@@ -22,16 +22,16 @@ from pyspark.sql.types import StructType
 from kafka_eos_ds.errors import ConfigError, TransactionError
 from kafka_eos_ds.kafka.driver_session import fingerprint
 from kafka_eos_ds.kafka.metadata import cluster_metadata
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.decision_log import KafkaDecision, KafkaDecisionLog
-from kafka_eos_ds.sink.messages import KafkaCommitMessage, KafkaHandle, KafkaParticipant
-from kafka_eos_ds.sink.participants import (
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecision, KafkaDecisionLog
+from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage, KafkaHandle, KafkaParticipant
+from kafka_eos_ds.kafka_sink.participants import (
     KafkaFences,
     KafkaTransactions,
     commit_time_needed_s,
 )
-from kafka_eos_ds.sink.runtime import DEFAULT, KafkaRuntime
-from kafka_eos_ds.sink.task_writer import write_partition
+from kafka_eos_ds.kafka_sink.runtime import DEFAULT, KafkaRuntime
+from kafka_eos_ds.kafka_sink.task_writer import write_partition
 from kafka_eos_ds.storage.checkpoint import Checkpoint
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec

@@ -26,7 +26,7 @@ class KafkaEosFileDataSource(SinkDataSource):
     ...      .option("checkpointLocation", "/ckpt/out").start())
     >>> df.write.format("kafka_eos_file").mode("append").save("/data/out")
 
-    A test hands the sink its own ``runtime`` (:mod:`kafka_eos_ds.filesink.runtime`).
+    A test hands the sink its own ``runtime`` (:mod:`kafka_eos_ds.table_sink.runtime`).
     """
 
     @classmethod
@@ -34,11 +34,11 @@ class KafkaEosFileDataSource(SinkDataSource):
         return "kafka_eos_file"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from kafka_eos_ds.filesink.file_sink import batch_writer
+        from kafka_eos_ds.table_sink.sink import batch_writer
 
         return batch_writer(schema, self.options, overwrite, **self.runtime_kwargs())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from kafka_eos_ds.filesink.file_sink import stream_writer
+        from kafka_eos_ds.table_sink.sink import stream_writer
 
         return stream_writer(schema, self.options, **self.runtime_kwargs())

@@ -34,10 +34,10 @@ import uuid
 from pathlib import PurePath
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.handles import FileDecision, StagedFiles
-from kafka_eos_ds.filesink.layout import DECISIONS, IN_PROGRESS, PENDING, Layout, writer_dir
 from kafka_eos_ds.storage import Store
 from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.table_sink.handles import FileDecision, StagedFiles
+from kafka_eos_ds.table_sink.layout import DECISIONS, IN_PROGRESS, PENDING, Layout, writer_dir
 from kafka_eos_ds.twophase.protocol import DECIDED, Decision
 
 

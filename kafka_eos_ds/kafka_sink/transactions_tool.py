@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from kafka_eos_ds.kafka.coordinator import OPEN_STATES, TransactionCoordinator
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS
-from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.config import DEFAULT_TRANSACTION_TIMEOUT_MS
+from kafka_eos_ds.kafka_sink.decision_log import DEFAULT_TOPIC
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ def finish_decided(conf: Mapping[str, Any], prefix: str, commit_log_topic: str =
                    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> list[FinishedWrite]:
     """Commit every transaction a writer of ``prefix`` decided but did not finish."""
     from kafka_eos_ds.errors import TransactionLostError
-    from kafka_eos_ds.sink.decision_log import KafkaDecisionLog
-    from kafka_eos_ds.sink.participants import KafkaTransactions
+    from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
+    from kafka_eos_ds.kafka_sink.participants import KafkaTransactions
     from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
     from kafka_eos_ds.twophase.identity import Kind
 

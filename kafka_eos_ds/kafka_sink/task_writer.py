@@ -20,9 +20,9 @@ from kafka_eos_ds.errors import ConfigError, KafkaClientError
 from kafka_eos_ds.kafka.errors import AuthWatch, producer_error
 from kafka_eos_ds.kafka.producer_start import connect, init_transactions
 from kafka_eos_ds.kafka.settings import LIBRDKAFKA_LOGGER, client_config
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.messages import KafkaCommitMessage
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.messages import KafkaCommitMessage
 from kafka_eos_ds.twophase.protocol import DoneMark
 from kafka_eos_ds.twophase.task import already_decided, run_task
 from kafka_eos_ds.twophase.writers import Task

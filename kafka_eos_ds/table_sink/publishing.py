@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from kafka_eos_ds.filesink.config import FileSinkConfig
-from kafka_eos_ds.filesink.handles import FileDecision, FileParticipant, partitions_of
-from kafka_eos_ds.filesink.metastore import Metastore
-from kafka_eos_ds.filesink.staging import staging_of
+from kafka_eos_ds.table_sink.config import FileSinkConfig
+from kafka_eos_ds.table_sink.handles import FileDecision, FileParticipant, partitions_of
+from kafka_eos_ds.table_sink.metastore import Metastore
+from kafka_eos_ds.table_sink.staging import staging_of
 
 if TYPE_CHECKING:
     from kafka_eos_ds.storage import Store

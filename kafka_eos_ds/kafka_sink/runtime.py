@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.metadata import MetadataClient
-from kafka_eos_ds.sink.config import SinkConfig
-from kafka_eos_ds.sink.decision_log import KafkaDecisionLog, LogClients
-from kafka_eos_ds.sink.task_writer import _PartitionWriter
+from kafka_eos_ds.kafka_sink.config import SinkConfig
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog, LogClients
+from kafka_eos_ds.kafka_sink.task_writer import _PartitionWriter
 from kafka_eos_ds.twophase.runtime import Runtime, register
 
 

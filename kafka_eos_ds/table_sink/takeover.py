@@ -33,11 +33,11 @@ import logging
 from typing import Any, Mapping, cast
 
 from kafka_eos_ds.errors import KafkaEosError
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.handles import FileCommitter, FileDecision
-from kafka_eos_ds.filesink.layout import Layout, writer_dir
-from kafka_eos_ds.filesink.staging import StagedParticipants
 from kafka_eos_ds.storage import Store
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.handles import FileCommitter, FileDecision
+from kafka_eos_ds.table_sink.layout import Layout, writer_dir
+from kafka_eos_ds.table_sink.staging import StagedParticipants
 from kafka_eos_ds.twophase.identity import Kind
 from kafka_eos_ds.twophase.protocol import DECIDED
 

@@ -15,9 +15,9 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, Stri
 from kafka_eos_ds.errors import ConfigError
 from kafka_eos_ds.kafka.kafka_python import to_kafka_python
 from kafka_eos_ds.kafka.settings import check_settings
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.decision_log import DEFAULT_TOPIC
 from kafka_eos_ds.options import Options
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.decision_log import DEFAULT_TOPIC
 from kafka_eos_ds.storage import SUPPORTED, StorageOptions, readable
 
 

@@ -1,7 +1,7 @@
 """The Kafka sink's :class:`~kafka_eos_ds.twophase.Participants`: transactions by id.
 
 commit = EndTxn(commit) with the task's producer id and epoch, sorted into an outcome
-by :mod:`kafka_eos_ds.sink.commit_outcome` (asking the coordinator when the answer
+by :mod:`kafka_eos_ds.kafka_sink.commit_outcome` (asking the coordinator when the answer
 alone cannot tell "already committed" from "lost"); unfit = DescribeTransactions (still
 Ongoing under the task's producer id and epoch, with time left before its timeout);
 fence = InitProducerId on the id (the transactions tool; the sink's own steps fence
@@ -40,11 +40,11 @@ from kafka_eos_ds.kafka.coordinator import (
     TxnState,
     TxnStatus,
 )
-from kafka_eos_ds.sink import transactional_ids
-from kafka_eos_ds.sink.commit_outcome import classify_described, classify_end_txn
-from kafka_eos_ds.sink.config import MIN_COMMIT_TIMEOUT_MS
-from kafka_eos_ds.sink.decision_log import WRITE_TIMEOUT_S, WRITER_TIMEOUT_MS, KafkaDecisionLog
-from kafka_eos_ds.sink.messages import KafkaParticipant
+from kafka_eos_ds.kafka_sink import transactional_ids
+from kafka_eos_ds.kafka_sink.commit_outcome import classify_described, classify_end_txn
+from kafka_eos_ds.kafka_sink.config import MIN_COMMIT_TIMEOUT_MS
+from kafka_eos_ds.kafka_sink.decision_log import WRITE_TIMEOUT_S, WRITER_TIMEOUT_MS, KafkaDecisionLog
+from kafka_eos_ds.kafka_sink.messages import KafkaParticipant
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Instance, Outcome
 

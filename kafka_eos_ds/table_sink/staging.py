@@ -20,19 +20,19 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from kafka_eos_ds.errors import StorageError, TransactionError
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.encoding import FileEncoder
-from kafka_eos_ds.filesink.handles import StagedFile, StagedFiles
-from kafka_eos_ds.filesink.layout import FileId, Layout
-from kafka_eos_ds.filesink.participants import FileParticipants
-from kafka_eos_ds.filesink.uploads import UploadParticipants, UploadWriter
 from kafka_eos_ds.storage import RenameStore, Store, renaming
 from kafka_eos_ds.storage.local import LocalStore
 from kafka_eos_ds.storage.s3 import S3Store
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.encoding import FileEncoder
+from kafka_eos_ds.table_sink.handles import StagedFile, StagedFiles
+from kafka_eos_ds.table_sink.layout import FileId, Layout
+from kafka_eos_ds.table_sink.participants import FileParticipants
+from kafka_eos_ds.table_sink.uploads import UploadParticipants, UploadWriter
 from kafka_eos_ds.twophase.protocol import Participants
 
 if TYPE_CHECKING:
-    from kafka_eos_ds.filesink.config import FileSinkConfig
+    from kafka_eos_ds.table_sink.config import FileSinkConfig
 
 
 class TaskFile(Protocol):

@@ -11,12 +11,12 @@ from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 
 from kafka_eos_ds.errors import ConfigError, StorageError
-from kafka_eos_ds.filesink.layout import EXTENSIONS, Layout, remote_root
-from kafka_eos_ds.filesink.partitions import Partitioning
-from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
-from kafka_eos_ds.filesink.staging import staging_of
 from kafka_eos_ds.options import Options
 from kafka_eos_ds.storage import HDFS, S3, StorageOptions, Store, locate
+from kafka_eos_ds.table_sink.layout import EXTENSIONS, Layout, remote_root
+from kafka_eos_ds.table_sink.partitions import Partitioning
+from kafka_eos_ds.table_sink.runtime import DEFAULT, TableRuntime
+from kafka_eos_ds.table_sink.staging import staging_of
 
 FILE_FORMATS = tuple(EXTENSIONS)
 _SUPPORTED = ("a local directory path (/data/out, relative paths are resolved on the driver) or a file: URI "

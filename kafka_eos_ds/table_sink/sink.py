@@ -22,18 +22,18 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kafka_eos_ds.errors import ConfigError, StorageError, TransactionError
-from kafka_eos_ds.filesink.config import FileSinkConfig, check_writable
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.handles import FileCommitter, FileParticipant
-from kafka_eos_ds.filesink.layout import writer_dir
-from kafka_eos_ds.filesink.progress import RecordedProgress, batch_offsets
-from kafka_eos_ds.filesink.publishing import prepare_table, publisher, register_partitions
-from kafka_eos_ds.filesink.runtime import DEFAULT, TableRuntime
-from kafka_eos_ds.filesink.staging import staging_of
-from kafka_eos_ds.filesink.takeover import clean_superseded, finish_other_streams, takes_over
-from kafka_eos_ds.filesink.task import FileCommitMessage, write_files
 from kafka_eos_ds.storage import Store
 from kafka_eos_ds.storage.checkpoint import Checkpoint
+from kafka_eos_ds.table_sink.config import FileSinkConfig, check_writable
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.handles import FileCommitter, FileParticipant
+from kafka_eos_ds.table_sink.layout import writer_dir
+from kafka_eos_ds.table_sink.progress import RecordedProgress, batch_offsets
+from kafka_eos_ds.table_sink.publishing import prepare_table, publisher, register_partitions
+from kafka_eos_ds.table_sink.runtime import DEFAULT, TableRuntime
+from kafka_eos_ds.table_sink.staging import staging_of
+from kafka_eos_ds.table_sink.takeover import clean_superseded, finish_other_streams, takes_over
+from kafka_eos_ds.table_sink.task import FileCommitMessage, write_files
 from kafka_eos_ds.twophase.committer import TwoPhaseCommitter
 from kafka_eos_ds.twophase.identity import Kind, WriteId, WriteSpec
 from kafka_eos_ds.twophase.protocol import DoneMark

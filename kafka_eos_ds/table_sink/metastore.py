@@ -26,7 +26,7 @@ import time
 from typing import Any, Iterator, Sequence
 
 from kafka_eos_ds.errors import ConfigError, StorageError
-from kafka_eos_ds.filesink.partitions import Partitioning, values_of
+from kafka_eos_ds.table_sink.partitions import Partitioning, values_of
 
 _TIMEOUT_MS = 30_000
 _CHUNK = 500  # partitions per add_partitions call

@@ -13,7 +13,7 @@ option ``startingOffsetsFromTable`` = the table's path: per topic-partition, the
 end offset any stream recorded in the table (a partition no decision names starts at the
 earliest offset, as ``startingOffsets=group`` does). The new query's sink finishes, before
 its first batch's tasks, every decided batch of the table's other streams that was never
-recorded done (:meth:`~.file_sink.FileSink.prepare`): the resumed offsets count those
+recorded done (:meth:`~.sink.FileSink.prepare`): the resumed offsets count those
 batches as written, so their files must be final.
 """
 
@@ -23,9 +23,9 @@ import logging
 from typing import Any, Mapping
 
 from kafka_eos_ds.errors import ConfigError
-from kafka_eos_ds.filesink.handles import FileDecision, FileParticipant
 from kafka_eos_ds.storage import Files, StorageOptions
 from kafka_eos_ds.storage.checkpoint import Checkpoint
+from kafka_eos_ds.table_sink.handles import FileDecision, FileParticipant
 from kafka_eos_ds.twophase.identity import Kind
 from kafka_eos_ds.twophase.protocol import ABANDONED, DECIDED, DONE
 
@@ -75,8 +75,8 @@ def table_end(location: str, options: Mapping[str, Any]) -> dict[tuple[str, int]
     names). Empty for a table nothing was written to yet; refused (ConfigError) when some of
     the table was written without offsets: by writes inside foreachBatch or with
     ``txnAppId``, or only by batch jobs."""
-    from kafka_eos_ds.filesink.config import FileSinkConfig
-    from kafka_eos_ds.filesink.decision_log import FileDecisionLog
+    from kafka_eos_ds.table_sink.config import FileSinkConfig
+    from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
 
     try:
         config = FileSinkConfig.from_options({**{k: v for k, v in options.items()

@@ -23,11 +23,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from kafka_eos_ds.errors import TransactionError
-from kafka_eos_ds.filesink.decision_log import FileDecisionLog
-from kafka_eos_ds.filesink.handles import FileParticipant, StagedFile
-from kafka_eos_ds.filesink.layout import IN_PROGRESS, PENDING, FileId, Layout, writer_dir
 from kafka_eos_ds.storage import RenameStore
 from kafka_eos_ds.storage.local import LocalStore
+from kafka_eos_ds.table_sink.decision_log import FileDecisionLog
+from kafka_eos_ds.table_sink.handles import FileParticipant, StagedFile
+from kafka_eos_ds.table_sink.layout import IN_PROGRESS, PENDING, FileId, Layout, writer_dir
 from kafka_eos_ds.twophase.identity import WriteId
 from kafka_eos_ds.twophase.protocol import Outcome
 
