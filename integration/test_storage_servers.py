@@ -256,7 +256,7 @@ def test_gcs_checkpoint_files_written_by_one_client_are_read_by_the_sinks_reader
     assert checkpoint.end_offsets(1) == {"in": {"0": 9}}
     fresh = Checkpoint.at(f"gs://{bucket}/other", options)  # a query's first batch: nothing there yet
     assert fresh.query_id() is None and fresh.latest_batch("commits") == -1
-    with pytest.raises(ConfigError, match="cannot read Spark's offset log"):
+    with pytest.raises(ConfigError, match="Cannot read Spark's offset log"):
         checkpoint.end_offsets(2)
 
 

@@ -103,3 +103,11 @@ def test_the_option_needs_exactly_once_and_a_streaming_query():
         SinkConfig.from_options({**BASE, "sourceGroupId": "g", "deliveryGuarantee": "at_least_once"}, SCHEMA)
     with pytest.raises(ConfigError, match="streaming"):
         batch_writer(SCHEMA, {**BASE, "sourceGroupId": "g"}, overwrite=False)
+
+
+def test_an_offset_log_that_cannot_be_read_is_named_with_the_callers_option_or_none(tmp_path):
+    with pytest.raises(ConfigError, match="^Option 'sourceGroupId': cannot read Spark's offset log .*offsets/5"):
+        Checkpoint.at(str(tmp_path), option="sourceGroupId").end_offsets(5)
+    with pytest.raises(ConfigError, match="^Cannot read Spark's offset log .*offsets/5") as info:
+        Checkpoint.at(str(tmp_path)).end_offsets(5)  # the table sink's own read
+    assert "sourceGroupId" not in str(info.value)
