@@ -35,12 +35,12 @@ def _p90(values: list[float]) -> float:
 
 
 def run(bootstrap: str, batches: int) -> dict[str, Any]:
-    from kafka_eos_ds.kafka_sink import decision_log
+    from kafka_eos_ds.kafka_sink import commit_log, decision_log
     from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
 
     built = {"consumer": 0, "producer": 0, "admin": 0}
 
-    class Counting(decision_log.LogClients):
+    class Counting(commit_log.LogClients):
         def admin(self, conf: Any) -> Any:
             built["admin"] += 1
             return super().admin(conf)

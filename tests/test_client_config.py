@@ -310,10 +310,7 @@ def test_the_sink_metadata_client_is_built_with_every_security_setting(monkeypat
 
     monkeypatch.setattr(admin, "AdminClient", FakeAdmin)
 
-    class Config:
-        producer = ClientParams({**SECURED, "acks": "all"})
-
-    assert cluster_metadata(Config.producer) == "metadata"
+    assert cluster_metadata(ClientParams({**SECURED, "acks": "all"})) == "metadata"
     assert {k: built[0][k] for k in SECURED} == SECURED
 
 

@@ -105,13 +105,11 @@ def test_a_tls_handshake_failure_is_reported_as_such_not_as_unreachable():
 
     threading.Thread(target=answer_in_plain_text, daemon=True).start()
 
-    class Config:
-        producer = ClientParams({"bootstrap.servers": f"127.0.0.1:{server.getsockname()[1]}",
-                                 "security.protocol": "SSL"})
+    settings = ClientParams({"bootstrap.servers": f"127.0.0.1:{server.getsockname()[1]}", "security.protocol": "SSL"})
 
     try:
         with pytest.raises(KafkaClientError) as failure:
-            cluster_metadata(Config.producer, timeout_s=3)
+            cluster_metadata(settings, timeout_s=3)
     finally:
         server.close()
     assert "TLS handshake failed" in str(failure.value) and "reach" not in str(failure.value)

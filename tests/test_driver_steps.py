@@ -11,7 +11,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from kafka_eos_ds.errors import KafkaClientError
 from kafka_eos_ds.kafka.driver_session import SESSIONS
-from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog, LogClients
+from kafka_eos_ds.kafka_sink.commit_log import LogClients
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.twophase.protocol import DECIDED, Decision
 
 

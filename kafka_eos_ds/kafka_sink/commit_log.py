@@ -12,10 +12,10 @@ committed before it started. What the records mean is :mod:`.decision_log`'s.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 from kafka_eos_ds.errors import KafkaClientError
-from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike
+from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
 from kafka_eos_ds.kafka.driver_session import ClientSessions
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.settings import client_config, redact
@@ -27,7 +27,7 @@ SETTLE_S = 30.0
 Record = tuple[int, bytes, Any, int]  # offset, key, value (None: a tombstone), timestamp ms
 
 
-def ensure_topic(conf: Mapping[str, Any], topic: str, clients: Any, sleep: Callable[[float], None],
+def ensure_topic(conf: Mapping[str, Any], topic: str, clients: LogClients, sleep: Callable[[float], None],
                  metadata: Any = None) -> int:
     """Create ``topic`` if missing; its partition count. ``metadata`` (a confluent-kafka
     ClusterMetadata already fetched: every driver step hands in the one it read) saves a
@@ -65,17 +65,31 @@ def ensure_topic(conf: Mapping[str, Any], topic: str, clients: Any, sleep: Calla
             fix="The sink needs to create it or be allowed to describe and write it.") from exc
 
 
-class ConsumerFactory(Protocol):
-    """What builds the log's consumers (``decision_log.LogClients``, or a test's)."""
+class LogClients:
+    """Builds the commit log's clients from their settings: confluent-kafka's, unless a
+    test (the protocol simulation) hands in its own."""
 
-    def consumer(self, conf: Mapping[str, Any]) -> ConsumerLike: ...
+    def admin(self, conf: Mapping[str, Any]) -> AdminLike:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(dict(conf))
+
+    def producer(self, conf: Mapping[str, Any]) -> ProducerLike:
+        from confluent_kafka import Producer
+
+        return Producer(dict(conf))
+
+    def consumer(self, conf: Mapping[str, Any]) -> ConsumerLike:
+        from confluent_kafka import Consumer
+
+        return Consumer(dict(conf))
 
 
 class CommitLogReader:
     """Reads ``topic``'s committed records for the sink of ``prefix`` through the driver
     process's kept consumers (``clients`` builds them, ``sessions`` keeps them)."""
 
-    def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, clients: ConsumerFactory,
+    def __init__(self, conf: Mapping[str, Any], topic: str, prefix: str, clients: LogClients,
                  sessions: ClientSessions,
                  clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
         self._conf = conf

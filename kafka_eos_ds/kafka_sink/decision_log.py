@@ -37,13 +37,12 @@ import zlib
 from typing import Any, Callable, Mapping
 
 from kafka_eos_ds.errors import ConfigError, KafkaClientError
-from kafka_eos_ds.kafka.clients import AdminLike, ConsumerLike, ProducerLike
 from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.errors import client_error
 from kafka_eos_ds.kafka.producer_start import init_transactions
 from kafka_eos_ds.kafka.settings import client_config
 from kafka_eos_ds.kafka_sink import transactional_ids
-from kafka_eos_ds.kafka_sink.commit_log import CommitLogReader, ensure_topic
+from kafka_eos_ds.kafka_sink.commit_log import CommitLogReader, LogClients, ensure_topic
 from kafka_eos_ds.kafka_sink.messages import KafkaHandle
 from kafka_eos_ds.twophase import faults
 from kafka_eos_ds.twophase.protocol import DECIDED, DONE, Decision
@@ -344,23 +343,3 @@ def _writer_timeout_ms(conf: Mapping[str, Any]) -> int:
         return max(WRITER_TIMEOUT_MS, int(str(socket_ms)) - 100) if socket_ms is not None else WRITER_TIMEOUT_MS
     except ValueError:
         return WRITER_TIMEOUT_MS  # librdkafka's own check names the bad value
-
-
-class LogClients:
-    """Builds the commit log's clients from their settings: confluent-kafka's, unless a
-    test (the protocol simulation) hands in its own."""
-
-    def admin(self, conf: Mapping[str, Any]) -> AdminLike:
-        from confluent_kafka.admin import AdminClient
-
-        return AdminClient(dict(conf))
-
-    def producer(self, conf: Mapping[str, Any]) -> ProducerLike:
-        from confluent_kafka import Producer
-
-        return Producer(dict(conf))
-
-    def consumer(self, conf: Mapping[str, Any]) -> ConsumerLike:
-        from confluent_kafka import Consumer
-
-        return Consumer(dict(conf))

@@ -17,8 +17,9 @@ from typing import Any, Callable, Mapping
 from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
 from kafka_eos_ds.kafka.driver_session import SESSIONS, ClientSessions
 from kafka_eos_ds.kafka.metadata import MetadataClient
+from kafka_eos_ds.kafka_sink.commit_log import LogClients
 from kafka_eos_ds.kafka_sink.config import SinkConfig
-from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog, LogClients
+from kafka_eos_ds.kafka_sink.decision_log import KafkaDecisionLog
 from kafka_eos_ds.kafka_sink.task_writer import _PartitionWriter
 from kafka_eos_ds.twophase.runtime import Runtime, register
 
@@ -59,7 +60,7 @@ class KafkaRuntime(Runtime):
         (:class:`~kafka_eos_ds.kafka.coordinator.TransactionCoordinator`); the driver
         process keeps it in ``sessions`` under this factory.
     log_clients : callable
-        The commit log's clients (:class:`~.decision_log.LogClients`).
+        The commit log's clients (:class:`~.commit_log.LogClients`).
     decision_log : callable
         ``decision_log(conf, topic, prefix, writer, clients, sessions=..., clock=..., wall=...,
         sleep=...)``: one driver step's commit log (:class:`~.decision_log.KafkaDecisionLog`).

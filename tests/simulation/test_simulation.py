@@ -158,7 +158,7 @@ def test_the_adapters_stand_in_for_the_products_clients():
     from kafka_eos_ds.kafka import clients
     from kafka_eos_ds.kafka.coordinator import TransactionCoordinator
     from kafka_eos_ds.kafka.metadata import MetadataClient
-    from kafka_eos_ds.kafka_sink import decision_log, task_writer
+    from kafka_eos_ds.kafka_sink import commit_log, task_writer
     from kafka_eos_ds.kafka_sink.runtime import DEFAULT
     from tests.simulation.adapters.log_clients import ModelAdminClient, ModelConsumer
     from tests.simulation.adapters.producers import ConfluentProducer
@@ -176,7 +176,7 @@ def test_the_adapters_stand_in_for_the_products_clients():
     assert {"list_topics", "create_topics"} <= calls(clients.AdminLike) and all(
         hasattr(ModelAdminClient, n) for n in ("list_topics", "create_topics"))
     assert set(inspect.signature(TransactionCoordinator).parameters) >= {"admin_factory", "channel_factory"}
-    assert all(hasattr(decision_log.LogClients, n) and hasattr(adapters.ModelLogClients, n)
+    assert all(hasattr(commit_log.LogClients, n) and hasattr(adapters.ModelLogClients, n)
                for n in ("admin", "producer", "consumer"))
     assert {"coordinator", "log_clients", "metadata_client", "partition_writer"} <= set(vars(DEFAULT))
     assert all(hasattr(MetadataClient, n) and hasattr(adapters.ModelMetadataClient, n) for n in ("topics", "close"))

@@ -1,4 +1,4 @@
-"""THIN ADAPTER for ``kafka_eos_ds.kafka_sink.decision_log.LogClients``: the clients of the real
+"""THIN ADAPTER for ``kafka_eos_ds.kafka_sink.commit_log.LogClients``: the clients of the real
 ``KafkaDecisionLog`` (admin, transactional producer, consumers) on the model's partition
 logs, so the real commit-log algorithm (its topic set-up, its writer fencing, its wait for
 the last stable offset, its backward windows) is what a schedule runs.
@@ -197,7 +197,7 @@ class ModelConsumer:
 
 
 class ModelLogClients:
-    """``kafka_eos_ds.kafka_sink.decision_log.LogClients`` on the model."""
+    """``kafka_eos_ds.kafka_sink.commit_log.LogClients`` on the model."""
 
     def admin(self, conf: Mapping[str, Any]) -> ModelAdminClient:
         return ModelAdminClient(conf)
